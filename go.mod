@@ -9,10 +9,12 @@ require (
 	github.com/stretchr/testify v1.12.1
 	github.com/vishvananda/netns v0.0.5
 	golang.org/x/crypto v0.59.0
+	golang.org/x/net v0.62.0
 	golang.org/x/sys v0.50.0
 )
 
 require (
 	github.com/kr/fs v0.1.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/text v0.44.0 // indirect
 )

@@ -1,0 +1,25 @@
+// Package egress is the sandbox's only way out to the network.
+//
+// The sandbox owns a network namespace that holds nothing but loopback. The
+// daemon creates listening sockets inside it and hands them to this package,
+// which serves them from the daemon's own namespace:
+//
+//   - [Proxy] is an HTTP/1.1 forward proxy with CONNECT that enforces a
+//     [Policy]: which names may be reached ([Public], [Allowlist],
+//     [NoNetwork]) and, for every resolved address, that it is globally
+//     reachable (no loopback, private, link-local, metadata or reserved
+//     ranges, also under [Public]). It resolves each name once and dials only
+//     the addresses it checked, so DNS rebinding cannot redirect it.
+//   - [Visitor] holds the visitor port for the sandbox's whole life and
+//     answers only while a visit (the verifier, a healthcheck) is open, under
+//     that visit's own policy and token.
+//   - [ServePeer] splices a port inside the sandbox to a declared service on
+//     the substrate.
+//   - [ProxyEnv] and [AptProxyConfig] tell the sandbox's programs where the
+//     proxy is, and [Audit] records every decision.
+//
+// The proxy writes its own HTTP/1.1 framing instead of using net/http: it must
+// refuse ambiguous framing (request smuggling), drop every hop-by-hop header
+// in both directions, and validate an upstream response completely before it
+// writes a byte of it to the client.
+package egress
