@@ -1,0 +1,78 @@
+// Package task is the Harbor task model: it reads a task directory
+// (task.toml, instruction.md, tests/test.sh, solution/solve.sh, environment/,
+// and sandboxd's own sandboxd.toml) into plain data, so that serve, grade,
+// trial and adapt all see one interpretation of a task. It only reads files;
+// it never runs anything, and it reads the host environment only through the
+// lookup function given to ExpandEnv.
+//
+// # task.toml
+//
+// Schema versions 1.0 to 1.3 are read in full (see harbor-contract.md), with
+// Harbor's defaults and legacy spellings: `version` for `schema_version`,
+// `allow_internet = true|false` for `network_mode = "public"|"no-network"`,
+// `memory = "2G"` and `storage = "10G"` for memory_mb and storage_mb.
+// A phase without its own network_mode inherits the environment's
+// (AgentNetwork, VerifierNetwork); allowed_hosts without a network_mode means
+// an allowlist, as in Harbor.
+//
+// Unknown keys are ignored with a warning in Task.Warnings
+// ("task.toml:LINE: unknown key "x.y" (ignored)"). Syntax errors, wrong types
+// and out-of-range values are errors (*FieldError) that name the file, line
+// and key and say what to write instead. Features sandboxd cannot provide are
+// refused by name (*UnsupportedError, matching ErrUnsupported): Windows
+// containers, TPUs, multi-step tasks ([[steps]] or a steps/ directory) and a
+// separate verifier environment. environment/docker-compose.yaml is not
+// refused: Load records its path in Task.ComposeFile for adapt.
+//
+// # Environments
+//
+// Env tables keep the order the file wrote them in. The phase views merge
+// layers in that order, a later layer replacing an earlier value in place:
+//
+//	AgentEnv    = environment.env + agent.env
+//	VerifierEnv = environment.env + verifier.env   (never agent.env)
+//	SolutionEnv = environment.env + solution.env
+//
+// The daemon puts the image's ENV (Sandboxd.ImageEnv) beneath these. A value
+// that is exactly "${VAR}" or "${VAR:-default}" is filled from the host by
+// ExpandEnv, as Harbor's resolve_env_vars does; anything else is literal.
+//
+// # sandboxd.toml
+//
+// An optional file next to task.toml for what sandboxd needs and Harbor's
+// schema lacks. Every key is optional; unknown keys warn as in task.toml.
+// adapt writes the image keys from the base image's config; people write the
+// rest.
+//
+//	# SSH listen address of `sandboxd serve` (host:port). Default: the daemon's.
+//	listen = "0.0.0.0:2222"
+//
+//	# Public keys that may open agent sessions, one per line as in OpenSSH.
+//	# A relative path is relative to the task directory.
+//	authorized_keys = "authorized_keys"
+//
+//	# Non-global ranges the egress proxy may reach although its address guard
+//	# refuses private, loopback and link-local addresses (a private package
+//	# mirror, say). CIDR prefixes without host bits; one address is "a.b.c.d/32".
+//	egress_allow_cidrs = ["10.20.0.0/16"]
+//
+//	# A substrate service offered inside the sandbox: the sandbox resolves
+//	# `name` (a hosts-file line) and connections to name:port are spliced to
+//	# `target` in the substrate's network. Names are host names, unique, not
+//	# "localhost"; ports 1-65535; target is host:port.
+//	[[peers]]
+//	name = "db"
+//	port = 5432
+//	target = "127.0.0.1:15432"
+//
+//	# The image's config as adapt read it, for serve: ENTRYPOINT argv (run in
+//	# the sandbox as the image user at start), USER, WORKDIR, and ENV entries
+//	# as NAME=VALUE in order.
+//	entrypoint = ["/docker-entrypoint.sh"]
+//	image_user = "app"
+//	image_workdir = "/app"
+//	image_env = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"]
+//
+// The image keys are top-level because they are facts of one image, written
+// once by a program; a section would only add a level to every lookup.
+package task
