@@ -1,0 +1,118 @@
+// Package sandboxtest starts real sandboxes for tests: real bwrap, real
+// namespaces, as root. A privileged test never skips silently in CI: with
+// CI set (or SANDBOXD_REQUIRE_PRIVILEGED=1) a missing privilege fails it.
+package sandboxtest
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/pkg/bwrap"
+	"github.com/sandboxd/sandboxd/pkg/idmap"
+	"github.com/sandboxd/sandboxd/pkg/join"
+)
+
+// Strict reports whether privileged tests must run rather than skip.
+func Strict() bool {
+	return os.Getenv("CI") != "" || os.Getenv("SANDBOXD_REQUIRE_PRIVILEGED") == "1"
+}
+
+// RequireRoot skips (or, in CI, fails) a test that needs root and bwrap.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	missing := ""
+	if os.Geteuid() != 0 {
+		missing = "root (run the tests as root: sudo make test)"
+	} else if _, err := exec.LookPath("bwrap"); err != nil {
+		missing = "bwrap (apt-get install bubblewrap)"
+	} else if _, err := exec.LookPath("nsenter"); err != nil {
+		missing = "nsenter (apt-get install util-linux)"
+	}
+	if missing == "" {
+		return
+	}
+	if Strict() {
+		t.Fatalf("this privileged test needs %s, and CI must run it", missing)
+	}
+	t.Skipf("needs %s", missing)
+}
+
+// Sandbox is a started holder and the target to join it.
+type Sandbox struct {
+	Holder *bwrap.Holder
+	Target join.Target
+}
+
+// Start builds a sandbox from cfg (Workdir defaults to a fresh directory) and
+// kills it when the test ends.
+func Start(t testing.TB, cfg bwrap.Config) *Sandbox {
+	t.Helper()
+	RequireRoot(t)
+	if cfg.Workdir == "" {
+		cfg.Workdir = t.TempDir()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := bwrap.Start(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(h.Kill)
+	return &Sandbox{Holder: h, Target: join.Target{PID: h.PID, Namespaces: h.Namespaces}}
+}
+
+// Result is what a command did.
+type Result struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+// Run runs argv in the sandbox as user (a Docker-style spec) with env and
+// waits for it.
+func (s *Sandbox) Run(t testing.TB, user string, env []string, argv ...string) Result {
+	t.Helper()
+	u, err := idmap.Lookup("/", user)
+	require.NoError(t, err)
+	if env == nil {
+		env = []string{"PATH=" + bwrap.DefaultPath, "HOME=" + u.Home}
+	}
+	st, err := s.Target.Command(join.Spec{User: u, Env: env, Dir: "", Argv: argv})
+	require.NoError(t, err)
+	var out, errb bytes.Buffer
+	st.Cmd.Stdout, st.Cmd.Stderr = &out, &errb
+	p, err := st.Start()
+	if err != nil {
+		st.Cmd.Wait()
+		if se, ok := err.(*join.SetupError); ok {
+			return Result{Stderr: se.Msg, Code: se.Code}
+		}
+		require.NoError(t, err)
+	}
+	_ = p
+	werr := st.Cmd.Wait()
+	code, _, ok := join.ExitStatus(werr)
+	require.True(t, ok, "wait: %v", werr)
+	return Result{Stdout: out.String(), Stderr: errb.String(), Code: code}
+}
+
+// Sh runs a shell script in the sandbox as user.
+func (s *Sandbox) Sh(t testing.TB, user, script string) Result {
+	t.Helper()
+	return s.Run(t, user, nil, "/bin/sh", "-c", script)
+}
+
+// HarnessDir makes a marked harness directory under /media for a test.
+func HarnessDir(t testing.TB) string {
+	t.Helper()
+	require.NoError(t, os.MkdirAll("/media", 0o755))
+	dir, err := os.MkdirTemp("/media", "sandboxd-test-")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, bwrap.HarnessMarker), nil, 0o600))
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}

@@ -1,0 +1,30 @@
+package bwrap
+
+import (
+	"runtime"
+	"sync"
+)
+
+// --die-with-parent and Pdeathsig are PR_SET_PDEATHSIG, which fires when the
+// *thread* that forked the child exits (golang/go#27505, lesson 58). The Go
+// runtime retires threads freely, so the holder is forked from a goroutine
+// locked to a thread that never exits.
+var (
+	forkerOnce sync.Once
+	forkerRuns chan func()
+)
+
+func onForkerThread(fn func()) {
+	forkerOnce.Do(func() {
+		forkerRuns = make(chan func())
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives as long as the process
+			for run := range forkerRuns {
+				run()
+			}
+		}()
+	})
+	done := make(chan struct{})
+	forkerRuns <- func() { fn(); close(done) }
+	<-done
+}

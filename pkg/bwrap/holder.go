@@ -1,0 +1,435 @@
+package bwrap
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/cleanup"
+	"github.com/sandboxd/sandboxd/pkg/idmap"
+)
+
+// Config declares the sandbox. Everything the agent can see follows from it.
+type Config struct {
+	Bwrap         string        // bwrap binary: a path or a name on PATH ("bwrap")
+	Workdir       string        // the sandbox's working directory; must exist
+	Hide          []string      // absolute paths that are absent inside (harness dir, task dir, /tests)
+	Mask          []string      // directories covered by an empty tmpfs (/logs/verifier)
+	Devices       []string      // device nodes bound through when present (/dev/kvm, /dev/fuse, …)
+	Files         []DataFile    // files that exist only in the sandbox's view
+	HostMode      bool          // no container around us: also mask the host's sockets (lesson 62)
+	AllowDegraded bool          // accept a single-id map when the kernel refuses the identity map
+	ReadyTimeout  time.Duration // bound on bwrap's setup; 0 means 15s
+	Log           *slog.Logger
+}
+
+// Holder is the long-lived bwrap process that keeps the sandbox's namespaces
+// alive. Killing it ends every process in the sandbox.
+type Holder struct {
+	PID          int // pid 1 of the sandbox, as seen from the substrate
+	Version      Version
+	Bwrap        string
+	MapMode      string   // "identity" or "single-id"
+	Degradations []string // what the sandbox lacks compared with its declaration
+	Namespaces   []string // nsenter flags that join it, derived from the holder itself
+
+	cmd    *exec.Cmd
+	stderr *tailBuffer
+	done   chan struct{}
+	err    error
+}
+
+// ErrDied means bwrap exited before the sandbox was ready; the error text
+// carries what bwrap printed.
+var ErrDied = errors.New("bwrap exited before the sandbox was ready")
+
+// readyLine is what the holder's payload prints once bwrap has finished the
+// mount namespace and exec'd it (lesson 4).
+const readyLine = "ready"
+
+// payload is pid 1 of the sandbox. It looks like Harbor's `sleep infinity`,
+// reaps every orphan (dash and bash wait(2) for any child), and, being a
+// namespace's init, ignores every signal sent from inside for which it has no
+// handler, so an agent's `kill -9 -1` leaves the sandbox standing.
+const payload = "echo " + readyLine + "; exec >/dev/null 2>&1 </dev/null; while :; do sleep 2147483647 & wait; done"
+
+// Fixed descriptor numbers in bwrap's process.
+const (
+	fdArgs  = 3
+	fdInfo  = 4
+	fdBlock = 5
+	fdData  = 6 // and up: one per DataFile
+)
+
+// Start builds the sandbox and returns once it can be joined. Any failure on
+// the way kills what was spawned (lessons 9 and 48): no holder is ever leaked.
+func Start(ctx context.Context, cfg Config) (*Holder, error) {
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Bwrap == "" {
+		cfg.Bwrap = "bwrap"
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 15 * time.Second
+	}
+	bwrapPath, v, err := Probe(ctx, cfg.Bwrap)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := os.Stat(cfg.Workdir); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("workdir %q does not exist in the root filesystem: create it in the image or pass another --workdir", cfg.Workdir)
+	}
+	opts, data, err := buildOptions(v, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	cu := cleanup.Make(func() {
+		for _, f := range data {
+			f.Close()
+		}
+	})
+	defer cu.Clean()
+
+	argsFile, err := memFile("bwrap-args", []byte(strings.Join(opts, "\x00")+"\x00"))
+	if err != nil {
+		return nil, err
+	}
+	cu.Add(func() { argsFile.Close() })
+	infoR, infoW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("info pipe: %w", err)
+	}
+	cu.Add(func() { infoR.Close(); infoW.Close() })
+	blockR, blockW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("block pipe: %w", err)
+	}
+	cu.Add(func() { blockR.Close(); blockW.Close() })
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("ready pipe: %w", err)
+	}
+	cu.Add(func() { readyR.Close(); readyW.Close() })
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("stderr pipe: %w", err)
+	}
+	cu.Add(func() { errR.Close(); errW.Close() })
+
+	cmd := exec.Command(bwrapPath, "--args", fmt.Sprint(fdArgs), "--", "/bin/sh", "-c", payload)
+	// bwrap's environment is pid 1's environment inside (lesson 59): PATH only.
+	cmd.Env = []string{"PATH=" + DefaultPath}
+	cmd.Dir = "/"
+	cmd.Stdin = nil
+	cmd.Stdout = readyW
+	cmd.Stderr = errW
+	cmd.ExtraFiles = append([]*os.File{argsFile, infoW, blockR}, data...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+
+	var startErr error
+	onForkerThread(func() { startErr = cmd.Start() })
+	if startErr != nil {
+		return nil, fmt.Errorf("start %s: %w", bwrapPath, startErr)
+	}
+	h := &Holder{Version: v, Bwrap: bwrapPath, cmd: cmd, stderr: &tailBuffer{max: 8 << 10}, done: make(chan struct{})}
+	cu.Add(h.Kill)
+	go func() {
+		io.Copy(h.stderr, errR)
+	}()
+	go func() {
+		h.err = cmd.Wait()
+		close(h.done)
+	}()
+	// Our copies of the child's ends must go, or EOF never comes.
+	infoW.Close()
+	blockR.Close()
+	readyW.Close()
+	errW.Close()
+	argsFile.Close()
+	for _, f := range data {
+		f.Close()
+	}
+
+	deadline := time.Now().Add(cfg.ReadyTimeout)
+	info, err := readInfo(infoR, deadline)
+	if err != nil {
+		return nil, h.died(fmt.Errorf("read bwrap --info-fd: %w", err))
+	}
+	h.PID = info.ChildPID
+
+	uid, gid, mode, err := writeMaps(h.PID, cfg.AllowDegraded)
+	if err != nil {
+		return nil, h.died(err)
+	}
+	h.MapMode = mode
+	if mode != "identity" {
+		h.Degradations = append(h.Degradations, "id map: single-id (the kernel refused the identity map; files of other users show as nobody)")
+		log.Warn("sandbox degraded: single-id map", "uid_map", strings.TrimSpace(uid.String()), "gid_map", strings.TrimSpace(gid.String()))
+	}
+	if _, err := blockW.Write([]byte{1}); err != nil {
+		return nil, h.died(fmt.Errorf("release bwrap's user namespace block: %w", err))
+	}
+	blockW.Close()
+
+	if err := waitReady(readyR, deadline); err != nil {
+		return nil, h.died(fmt.Errorf("wait for the sandbox's readiness line: %w", err))
+	}
+	if h.Namespaces, err = joinNamespaces(h.PID); err != nil {
+		return nil, err
+	}
+	cu.Release()
+	infoR.Close()
+	readyR.Close()
+	log.Info("sandbox ready", "pid", h.PID, "bwrap", v.String(), "id_map", mode, "namespaces", h.Namespaces)
+	return h, nil
+}
+
+// buildOptions is the whole bwrap option list, version-gated.
+func buildOptions(v Version, cfg *Config) ([]string, []*os.File, error) {
+	a := NewArgs(v)
+	a.Add("--unshare-user").Add("--unshare-pid").Add("--unshare-ipc").
+		Add("--unshare-uts").Add("--unshare-net").Add("--unshare-cgroup-try")
+	a.Add("--die-with-parent").Add("--as-pid-1")
+	a.AddFD("--info-fd", fdInfo).AddFD("--userns-block-fd", fdBlock)
+	a.Add("--cap-drop", "ALL")
+	plan := &mountPlan{root: "/", cfg: cfg, firstFD: fdData}
+	if err := plan.emit(a); err != nil {
+		closeAll(plan.dataFDs)
+		return nil, nil, err
+	}
+	a.Add("--chdir", cfg.Workdir)
+	opts, err := a.Build()
+	if err != nil {
+		closeAll(plan.dataFDs)
+		return nil, nil, err
+	}
+	return opts, plan.dataFDs, nil
+}
+
+func (p *mountPlan) dataFD(data []byte) (int, error) {
+	f, err := memFile("bwrap-data", data)
+	if err != nil {
+		return 0, err
+	}
+	p.dataFDs = append(p.dataFDs, f)
+	return p.firstFD + len(p.dataFDs) - 1, nil
+}
+
+// memFile is an anonymous file holding data, positioned at its start.
+func memFile(name string, data []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd for %s: %w", name, err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("fill memfd %s: %w", name, err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("rewind memfd %s: %w", name, err)
+	}
+	return f, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+type bwrapInfo struct {
+	ChildPID int `json:"child-pid"`
+}
+
+// readInfo reads bwrap's --info-fd until the JSON document is complete
+// (lesson 5: a short read killed the sandbox). EOF before that means bwrap died.
+func readInfo(r *os.File, deadline time.Time) (bwrapInfo, error) {
+	if err := r.SetReadDeadline(deadline); err != nil {
+		return bwrapInfo{}, err
+	}
+	return parseInfo(r)
+}
+
+// parseInfo is readInfo without the clock, for fuzzing and tests.
+func parseInfo(r io.Reader) (bwrapInfo, error) {
+	var buf []byte
+	chunk := make([]byte, 512)
+	for {
+		n, err := r.Read(chunk)
+		buf = append(buf, chunk[:n]...)
+		var info bwrapInfo
+		if n > 0 && json.Valid(bytes.TrimSpace(buf)) {
+			if jerr := json.Unmarshal(buf, &info); jerr != nil {
+				return bwrapInfo{}, fmt.Errorf("decode %q: %w", buf, jerr)
+			}
+			if info.ChildPID <= 0 {
+				return bwrapInfo{}, fmt.Errorf("no child-pid in %q", buf)
+			}
+			return info, nil
+		}
+		if err == io.EOF {
+			if len(buf) == 0 {
+				return bwrapInfo{}, fmt.Errorf("%w: it wrote nothing", ErrDied)
+			}
+			return bwrapInfo{}, fmt.Errorf("%w: incomplete info %q", ErrDied, buf)
+		}
+		if err != nil {
+			return bwrapInfo{}, err
+		}
+		if len(buf) > 64<<10 {
+			return bwrapInfo{}, fmt.Errorf("info larger than 64 KiB without a complete JSON document")
+		}
+	}
+}
+
+// writeMaps gives the sandbox's user namespace the identity map, or, only
+// when allowed, the single-id map.
+func writeMaps(pid int, allowDegraded bool) (uid, gid idmap.Map, mode string, err error) {
+	ownUID, err := idmap.Own("uid")
+	if err != nil {
+		return nil, nil, "", err
+	}
+	ownGID, err := idmap.Own("gid")
+	if err != nil {
+		return nil, nil, "", err
+	}
+	uid, gid = ownUID.Identity(), ownGID.Identity()
+	err = idmap.Write(pid, uid, gid)
+	if err == nil {
+		return uid, gid, "identity", nil
+	}
+	if !allowDegraded || !errors.Is(err, idmap.ErrRefused) {
+		return nil, nil, "", fmt.Errorf("%w (serve refuses a sandbox without the identity map; --allow-degraded accepts a single-id map)", err)
+	}
+	uid, gid = idmap.Single(uint32(os.Geteuid())), idmap.Single(uint32(os.Getegid()))
+	// The uid map may already be in place; each file takes one write, so
+	// write whichever is still missing.
+	if cur, _ := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", pid)); len(bytes.TrimSpace(cur)) == 0 {
+		if err := idmap.Write(pid, uid, gid); err != nil {
+			return nil, nil, "", err
+		}
+	} else if err := os.WriteFile(fmt.Sprintf("/proc/%d/gid_map", pid), []byte(gid.String()), 0); err != nil {
+		return nil, nil, "", fmt.Errorf("write single-id gid_map for pid %d: %w", pid, err)
+	}
+	return uid, gid, "single-id", nil
+}
+
+// waitReady waits for the payload's readiness line.
+func waitReady(r *os.File, deadline time.Time) error {
+	if err := r.SetReadDeadline(deadline); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return ErrDied
+		}
+		return err
+	}
+	if strings.TrimSpace(line) != readyLine {
+		return fmt.Errorf("unexpected readiness line %q", line)
+	}
+	return nil
+}
+
+// nsKinds maps /proc/PID/ns names to nsenter flags. The sandbox must own all
+// of the required ones (lesson 6): "owns a network namespace" is decided once,
+// by the holder, and joining follows what the holder has.
+var nsKinds = []struct {
+	proc, flag string
+	required   bool
+}{
+	{"user", "--user", true},
+	{"mnt", "--mount", true},
+	{"pid", "--pid", true},
+	{"uts", "--uts", true},
+	{"ipc", "--ipc", true},
+	{"net", "--net", true},
+	{"cgroup", "--cgroup", false},
+}
+
+func joinNamespaces(pid int) ([]string, error) {
+	var flags []string
+	for _, k := range nsKinds {
+		theirs, err1 := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, k.proc))
+		ours, err2 := os.Readlink("/proc/self/ns/" + k.proc)
+		if err1 != nil || err2 != nil {
+			if k.required {
+				return nil, fmt.Errorf("read %s namespace of the holder: %v %v", k.proc, err1, err2)
+			}
+			continue
+		}
+		if theirs != ours {
+			flags = append(flags, k.flag)
+		} else if k.required {
+			return nil, fmt.Errorf("the sandbox does not own a %s namespace; refusing to serve a sandbox that is not built as declared", k.proc)
+		}
+	}
+	return flags, nil
+}
+
+// died turns a setup failure into an error carrying bwrap's own words.
+func (h *Holder) died(err error) error {
+	h.Kill()
+	if msg := strings.TrimSpace(h.stderr.String()); msg != "" {
+		return fmt.Errorf("%w; bwrap said: %s", err, msg)
+	}
+	return err
+}
+
+// Kill ends the sandbox and every process in it, and waits for bwrap.
+func (h *Holder) Kill() {
+	if h.PID > 0 {
+		unix.Kill(h.PID, unix.SIGKILL)
+	}
+	if h.cmd.Process != nil {
+		h.cmd.Process.Kill()
+	}
+	<-h.done
+}
+
+// Done is closed when bwrap has exited.
+func (h *Holder) Done() <-chan struct{} { return h.done }
+
+// Stderr is the tail of what bwrap printed.
+func (h *Holder) Stderr() string { return h.stderr.String() }
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+	max int
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = t.buf[len(t.buf)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}

@@ -1,0 +1,211 @@
+package bwrap
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// DataFile is a file that exists only in the sandbox's view (the hosts file
+// with peers, an apt proxy configuration): bwrap copies it from a descriptor,
+// so no mount source names the harness and nothing is written into the shared
+// filesystem.
+type DataFile struct {
+	Path     string
+	Data     []byte
+	ReadOnly bool
+}
+
+// HarnessMarker is the file that marks a directory as a sandboxd harness dir.
+// Every marked directory is absent from every sandbox, so that two trials on
+// one machine never see each other's harness.
+const HarnessMarker = ".sandboxd-harness"
+
+// Docker's masked and read-only paths (moby's oci defaults). The identity map
+// makes the agent's root the container's root, so a writable
+// /proc/sys/kernel/core_pattern would be a host escape (lesson 56). bwrap
+// itself covers /proc/sys, /proc/sysrq-trigger, /proc/irq and /proc/bus with
+// read-only binds when they are writable; the rest is ours.
+var (
+	maskedPaths = []string{
+		"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
+		"/proc/sched_debug", "/proc/scsi", "/sys/firmware",
+		"/sys/devices/virtual/powercap",
+	}
+	readOnlyProcPaths = []string{"/proc/fs"}
+)
+
+// hostSocketDirs are where a bare host keeps the sockets that would hand the
+// agent the machine (lesson 62).
+var hostSocketDirs = []string{"/run", "/var/run", "/run/containerd", "/run/docker", "/run/user"}
+
+// mountPlan emits the sandbox's filesystem, in order, into a.
+type mountPlan struct {
+	root    string // the substrate root as seen by the daemon; "/" except in tests
+	cfg     *Config
+	dataFDs []*os.File // descriptors for --bind-data, numbered from firstDataFD
+	firstFD int
+}
+
+func (p *mountPlan) emit(a *Args) error {
+	a.Add("--bind", "/", "/")
+	a.Add("--proc", "/proc")
+	a.Add("--dev", "/dev")
+	for _, d := range p.cfg.Devices {
+		if _, err := os.Stat(p.path(d)); err == nil {
+			a.Add("--dev-bind", d, d)
+		}
+	}
+	a.Add("--ro-bind", "/sys", "/sys")
+	for _, m := range maskedPaths {
+		st, err := os.Stat(p.path(m))
+		if err != nil {
+			continue
+		}
+		if st.IsDir() {
+			a.Add("--tmpfs", m).Add("--remount-ro", m)
+		} else {
+			a.Add("--ro-bind", "/dev/null", m)
+		}
+	}
+	for _, m := range readOnlyProcPaths {
+		if _, err := os.Stat(p.path(m)); err == nil {
+			a.Add("--ro-bind", m, m)
+		}
+	}
+	if err := p.hide(a); err != nil {
+		return err
+	}
+	for _, m := range p.cfg.Mask {
+		a.Add("--tmpfs", m)
+	}
+	for _, f := range p.cfg.Files {
+		fd, err := p.dataFD(f.Data)
+		if err != nil {
+			return err
+		}
+		if f.ReadOnly {
+			a.AddFD("--ro-bind-data", fd, f.Path)
+		} else {
+			a.AddFD("--bind-data", fd, f.Path)
+		}
+	}
+	if p.cfg.HostMode {
+		for _, s := range p.hostSockets() {
+			a.Add("--ro-bind", "/dev/null", s)
+		}
+	}
+	return nil
+}
+
+func (p *mountPlan) path(abs string) string { return filepath.Join(p.root, abs) }
+
+// hide makes each hidden path absent, not empty (lesson 13): its parent is
+// rebuilt as a tmpfs and every sibling is bound back, except other hidden
+// paths and other harness dirs. Parents are rebuilt shallowest first so that a
+// deeper rebuild happens inside the view the shallower one made.
+func (p *mountPlan) hide(a *Args) error {
+	byParent := map[string]map[string]bool{}
+	for _, h := range p.cfg.Hide {
+		h = filepath.Clean(h)
+		if !filepath.IsAbs(h) {
+			return fmt.Errorf("hide %q: path must be absolute", h)
+		}
+		parent := filepath.Dir(h)
+		if parent == "/" {
+			return fmt.Errorf("hide %s: a hidden directory directly under / cannot be made absent; put it one level deeper (for example /media/%s)", h, filepath.Base(h))
+		}
+		if byParent[parent] == nil {
+			byParent[parent] = map[string]bool{}
+		}
+		byParent[parent][filepath.Base(h)] = true
+	}
+	parents := make([]string, 0, len(byParent))
+	for parent := range byParent {
+		parents = append(parents, parent)
+	}
+	sort.Slice(parents, func(i, j int) bool {
+		if di, dj := strings.Count(parents[i], "/"), strings.Count(parents[j], "/"); di != dj {
+			return di < dj
+		}
+		return parents[i] < parents[j]
+	})
+	for _, parent := range parents {
+		if p.insideHidden(parent) {
+			continue
+		}
+		entries, err := os.ReadDir(p.path(parent))
+		if err != nil {
+			if os.IsNotExist(err) {
+				continue // nothing to hide
+			}
+			return fmt.Errorf("hide entries of %s: %w", parent, err)
+		}
+		if st, err := os.Stat(p.path(parent)); err == nil && a.Has("--perms") {
+			a.Add("--perms", fmt.Sprintf("%04o", st.Mode().Perm()))
+		}
+		a.Add("--tmpfs", parent)
+		for _, e := range entries {
+			name := e.Name()
+			full := filepath.Join(parent, name)
+			if byParent[parent][name] || p.isHarness(full) {
+				continue
+			}
+			switch t := e.Type(); {
+			case t&fs.ModeSymlink != 0:
+				target, err := os.Readlink(p.path(full))
+				if err != nil {
+					return fmt.Errorf("hide: read link %s: %w", full, err)
+				}
+				a.Add("--symlink", target, full)
+			case t&fs.ModeDevice != 0:
+				a.Add("--dev-bind", full, full)
+			default:
+				a.Add("--bind", full, full)
+			}
+		}
+	}
+	return nil
+}
+
+func (p *mountPlan) insideHidden(dir string) bool {
+	for _, h := range p.cfg.Hide {
+		if dir == h || strings.HasPrefix(dir, filepath.Clean(h)+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *mountPlan) isHarness(dir string) bool {
+	_, err := os.Lstat(filepath.Join(p.path(dir), HarnessMarker))
+	return err == nil
+}
+
+// hostSockets lists the unix sockets a bare host keeps in its run dirs.
+func (p *mountPlan) hostSockets() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, dir := range hostSocketDirs {
+		entries, err := os.ReadDir(p.path(dir))
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			full := filepath.Join(dir, e.Name())
+			real, err := filepath.EvalSymlinks(p.path(full))
+			if err != nil || seen[real] {
+				continue
+			}
+			if st, err := os.Lstat(p.path(full)); err == nil && st.Mode()&fs.ModeSocket != 0 {
+				seen[real] = true
+				out = append(out, full)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,98 @@
+package idmap
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Lesson 8: the identity map copies the container's own extents, whatever they are.
+func TestLesson8_IdentityCopiesOwnExtents(t *testing.T) {
+	tests := []struct {
+		name, own, want string
+	}{
+		{"full root", "0 0 4294967295\n", "0 0 4294967295\n"},
+		{"userns-remap", "0 100000 65536\n", "0 0 65536\n"},
+		{"rootless, two extents", "0 1000 1\n1 100000 65536\n", "0 0 1\n1 1 65536\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := Parse(tc.own)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, m.Identity().String())
+		})
+	}
+}
+
+// Lesson 49: the map must include bwrap's own euid/egid.
+func TestLesson49_IdentityContainsOwnIDs(t *testing.T) {
+	m, err := Own("uid")
+	require.NoError(t, err)
+	assert.True(t, m.Identity().Contains(uint32(os.Geteuid())))
+}
+
+func TestParseRejectsGarbage(t *testing.T) {
+	for _, in := range []string{"0 0", "a b c", "0 0 99999999999"} {
+		_, err := Parse(in)
+		assert.Error(t, err, in)
+	}
+}
+
+func writeEtc(t *testing.T) string {
+	root := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "etc"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "etc/passwd"), []byte(
+		"root:x:0:0:root:/root:/bin/bash\n"+
+			"agent:x:1000:1000::/home/agent:/bin/bash\n"+
+			"svc:x:1001:50::/srv:/usr/sbin/nologin\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "etc/group"), []byte(
+		"root:x:0:\n"+
+			"staff:x:50:\n"+
+			"agent:x:1000:\n"+
+			"docker:x:999:agent,svc\n"), 0o644))
+	return root
+}
+
+// Lesson 15: `user:group` resolves like Docker does.
+func TestLesson15_UserGroupLikeDocker(t *testing.T) {
+	root := writeEtc(t)
+	tests := []struct {
+		spec       string
+		uid, gid   uint32
+		groups     []uint32
+		home, name string
+	}{
+		{"", 0, 0, nil, "/root", "root"},
+		{"root", 0, 0, nil, "/root", "root"},
+		{"agent", 1000, 1000, []uint32{999}, "/home/agent", "agent"},
+		{"1000", 1000, 1000, []uint32{999}, "/home/agent", "agent"},
+		{"1000:1000", 1000, 1000, []uint32{999}, "/home/agent", "agent"},
+		{"svc", 1001, 50, []uint32{999}, "/srv", "svc"},
+		{"agent:staff", 1000, 50, []uint32{999}, "/home/agent", "agent"},
+		{"4242", 4242, 0, nil, "/", ""},         // a bare uid without an entry gets gid 0, not the uid
+		{"4242:4242", 4242, 4242, nil, "/", ""}, // unless a group is given
+	}
+	for _, tc := range tests {
+		t.Run(tc.spec, func(t *testing.T) {
+			u, err := Lookup(root, tc.spec)
+			require.NoError(t, err)
+			assert.Equal(t, tc.uid, u.UID)
+			assert.Equal(t, tc.gid, u.GID)
+			assert.Equal(t, tc.groups, u.Groups)
+			assert.Equal(t, tc.home, u.Home)
+			assert.Equal(t, tc.name, u.Name)
+		})
+	}
+}
+
+func TestLookupUnknownNamesSayWhatToDo(t *testing.T) {
+	root := writeEtc(t)
+	for _, spec := range []string{"nobody-here", "agent:nogroup", ":50", "agent:"} {
+		_, err := Lookup(root, spec)
+		require.Error(t, err, spec)
+		assert.ErrorIs(t, err, ErrUnknownUser)
+	}
+}

@@ -1,0 +1,181 @@
+package idmap
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// User is a resolved identity: who a phase's processes run as.
+type User struct {
+	Name   string // empty for a bare uid with no passwd entry
+	UID    uint32
+	GID    uint32
+	Groups []uint32 // supplementary groups from the group file
+	Home   string
+	Shell  string
+}
+
+// ErrUnknownUser is returned when a name has no passwd or group entry.
+var ErrUnknownUser = errors.New("unknown user or group")
+
+type passwdEntry struct {
+	name        string
+	uid, gid    uint32
+	home, shell string
+}
+
+type groupEntry struct {
+	name    string
+	gid     uint32
+	members []string
+}
+
+// Lookup resolves `user[:group]` like Docker does, from the passwd and group
+// files under root (the image's, never the host's):
+//   - "" is root;
+//   - a name is its passwd entry with its primary group;
+//   - a bare uid uses its passwd entry when there is one, else gid 0 (lesson 15);
+//   - a group is a group name or a bare gid.
+//
+// Supplementary groups are those whose member list names the user.
+func Lookup(root, spec string) (User, error) {
+	userPart, groupPart, hasGroup := strings.Cut(spec, ":")
+	if userPart == "" && !hasGroup {
+		userPart = "0"
+	}
+	if userPart == "" {
+		return User{}, fmt.Errorf("resolve %q: %w: the user part is empty; write USER or USER:GROUP", spec, ErrUnknownUser)
+	}
+	users, err := readPasswd(filepath.Join(root, "etc/passwd"))
+	if err != nil {
+		return User{}, err
+	}
+	groups, err := readGroup(filepath.Join(root, "etc/group"))
+	if err != nil {
+		return User{}, err
+	}
+
+	u := User{Home: "/", Shell: "/bin/sh"}
+	var found *passwdEntry
+	if id, err := strconv.ParseUint(userPart, 10, 32); err == nil {
+		u.UID = uint32(id)
+		for i := range users {
+			if users[i].uid == u.UID {
+				found = &users[i]
+				break
+			}
+		}
+	} else {
+		for i := range users {
+			if users[i].name == userPart {
+				found = &users[i]
+				break
+			}
+		}
+		if found == nil {
+			return User{}, fmt.Errorf("resolve user %q: %w: no entry in %s; use a uid or add the user to the image", userPart, ErrUnknownUser, filepath.Join(root, "etc/passwd"))
+		}
+	}
+	if found != nil {
+		u.Name, u.UID, u.GID = found.name, found.uid, found.gid
+		if found.home != "" {
+			u.Home = found.home
+		}
+		if found.shell != "" {
+			u.Shell = found.shell
+		}
+	}
+
+	if hasGroup {
+		if groupPart == "" {
+			return User{}, fmt.Errorf("resolve %q: %w: the group part is empty; write USER:GROUP or USER", spec, ErrUnknownUser)
+		}
+		if id, err := strconv.ParseUint(groupPart, 10, 32); err == nil {
+			u.GID = uint32(id)
+		} else {
+			var g *groupEntry
+			for i := range groups {
+				if groups[i].name == groupPart {
+					g = &groups[i]
+					break
+				}
+			}
+			if g == nil {
+				return User{}, fmt.Errorf("resolve group %q: %w: no entry in %s; use a gid or add the group to the image", groupPart, ErrUnknownUser, filepath.Join(root, "etc/group"))
+			}
+			u.GID = g.gid
+		}
+	}
+
+	if u.Name != "" {
+		for _, g := range groups {
+			for _, m := range g.members {
+				if m == u.Name && g.gid != u.GID {
+					u.Groups = append(u.Groups, g.gid)
+					break
+				}
+			}
+		}
+	}
+	return u, nil
+}
+
+func readPasswd(path string) ([]passwdEntry, error) {
+	var out []passwdEntry
+	err := scanColonFile(path, 7, func(f []string) {
+		uid, err1 := strconv.ParseUint(f[2], 10, 32)
+		gid, err2 := strconv.ParseUint(f[3], 10, 32)
+		if err1 != nil || err2 != nil {
+			return
+		}
+		out = append(out, passwdEntry{name: f[0], uid: uint32(uid), gid: uint32(gid), home: f[5], shell: f[6]})
+	})
+	return out, err
+}
+
+func readGroup(path string) ([]groupEntry, error) {
+	var out []groupEntry
+	err := scanColonFile(path, 4, func(f []string) {
+		gid, err := strconv.ParseUint(f[2], 10, 32)
+		if err != nil {
+			return
+		}
+		var members []string
+		if f[3] != "" {
+			members = strings.Split(f[3], ",")
+		}
+		out = append(out, groupEntry{name: f[0], gid: uint32(gid), members: members})
+	})
+	return out, err
+}
+
+// scanColonFile calls fn with the fields of each well-formed line; a missing
+// file is an empty one, as for Docker on images without /etc/passwd.
+func scanColonFile(path string, fields int, fn func([]string)) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		parts := strings.Split(line, ":")
+		if len(parts) < fields {
+			continue
+		}
+		fn(parts[:fields])
+	}
+	return sc.Err()
+}

@@ -1,0 +1,230 @@
+package join
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/childproc"
+)
+
+// The daemon cannot setns into the sandbox's network namespace (it lacks
+// CAP_SYS_ADMIN over its owner, and a threaded process cannot join the user
+// namespace first: lesson 50). A short-lived child joins the sandbox's user and
+// network namespaces only, makes the sockets there, hands them back over a
+// unix socket (SCM_RIGHTS) and exits. A socket stays in the namespace it was
+// made in, and the daemon serves it from any goroutine. The child never enters
+// the sandbox's pid or mount namespace, so the agent never sees it.
+
+const roleNetns = "netns"
+
+func init() { childproc.Add(roleNetns, netnsChild) }
+
+// netnsReply is what the child sends with the descriptors.
+type netnsReply struct {
+	Errors []string `json:"errors"` // one per requested address; "" where the socket was made
+}
+
+// Listen makes a TCP listener inside the sandbox's network namespace at each
+// address. The result has one entry per address; a nil entry comes with its
+// error in errs (a port already taken inside, say), so the caller can choose
+// another address.
+func (t Target) Listen(ctx context.Context, addrs []netip.AddrPort) (lns []net.Listener, errs []error, err error) {
+	args := []string{"listen"}
+	for _, a := range addrs {
+		args = append(args, a.String())
+	}
+	files, perAddr, err := t.netnsCall(ctx, args, len(addrs))
+	if err != nil {
+		return nil, nil, err
+	}
+	lns = make([]net.Listener, len(addrs))
+	errs = make([]error, len(addrs))
+	next := 0
+	for i := range addrs {
+		if perAddr[i] != "" {
+			errs[i] = errors.New(perAddr[i])
+			continue
+		}
+		f := files[next]
+		next++
+		ln, err := net.FileListener(f)
+		f.Close()
+		if err != nil {
+			errs[i] = fmt.Errorf("adopt listener for %s: %w", addrs[i], err)
+			continue
+		}
+		lns[i] = ln
+	}
+	return lns, errs, nil
+}
+
+// Dial connects to addr from inside the sandbox's network namespace (ssh -L
+// reaches the servers the agent started).
+func (t Target) Dial(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
+	files, perAddr, err := t.netnsCall(ctx, []string{"dial", addr.String()}, 1)
+	if err != nil {
+		return nil, err
+	}
+	if perAddr[0] != "" {
+		return nil, fmt.Errorf("dial %s inside the sandbox: %s", addr, perAddr[0])
+	}
+	defer files[0].Close()
+	return net.FileConn(files[0])
+}
+
+func (t Target) netnsCall(ctx context.Context, args []string, n int) ([]*os.File, []string, error) {
+	exe, err := self()
+	if err != nil {
+		return nil, nil, fmt.Errorf("open own executable: %w", err)
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	ours := os.NewFile(uintptr(pair[0]), "netns-parent")
+	theirs := os.NewFile(uintptr(pair[1]), "netns-child")
+	defer ours.Close()
+
+	nsArgs := []string{"--target", strconv.Itoa(t.PID), "--user", "--net", "--preserve-credentials", "--", "/proc/self/fd/3"}
+	cmd := exec.CommandContext(ctx, "nsenter", append(nsArgs, args...)...)
+	cmd.Env = childproc.Environ(roleNetns)
+	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{exe, theirs}
+	var stderr tail
+	cmd.Stderr = &stderr
+	err = cmd.Start()
+	theirs.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("start netns helper: %w", err)
+	}
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(4*n))
+	nr, noob, _, _, rerr := unix.Recvmsg(int(ours.Fd()), buf, oob, 0)
+	werr := cmd.Wait()
+	if rerr != nil || nr == 0 {
+		return nil, nil, fmt.Errorf("netns helper gave no answer (%v, %v): %s", rerr, werr, stderr.String())
+	}
+	var reply netnsReply
+	if err := json.Unmarshal(buf[:nr], &reply); err != nil || len(reply.Errors) != n {
+		return nil, nil, fmt.Errorf("netns helper answer %q: %v", buf[:nr], err)
+	}
+	var files []*os.File
+	if noob > 0 {
+		msgs, err := unix.ParseSocketControlMessage(oob[:noob])
+		if err != nil {
+			return nil, nil, fmt.Errorf("parse passed descriptors: %w", err)
+		}
+		for _, m := range msgs {
+			fds, err := unix.ParseUnixRights(&m)
+			if err != nil {
+				return nil, nil, fmt.Errorf("parse passed descriptors: %w", err)
+			}
+			for _, fd := range fds {
+				unix.CloseOnExec(fd)
+				files = append(files, os.NewFile(uintptr(fd), "sandbox-socket"))
+			}
+		}
+	}
+	return files, reply.Errors, nil
+}
+
+// netnsChild runs in the sandbox's user and network namespaces.
+func netnsChild(args []string) int {
+	conn := 4
+	if len(args) < 2 {
+		fmt.Fprintln(os.Stderr, "netns: usage: listen|dial ADDR...")
+		return 2
+	}
+	verb, addrs := args[0], args[1:]
+	reply := netnsReply{Errors: make([]string, len(addrs))}
+	var fds []int
+	for i, s := range addrs {
+		ap, err := netip.ParseAddrPort(s)
+		if err != nil {
+			reply.Errors[i] = err.Error()
+			continue
+		}
+		fd, err := sandboxSocket(verb, ap)
+		if err != nil {
+			reply.Errors[i] = err.Error()
+			continue
+		}
+		fds = append(fds, fd)
+	}
+	msg, _ := json.Marshal(reply)
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	if err := unix.Sendmsg(conn, msg, oob, nil, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "netns: send descriptors: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func sandboxSocket(verb string, ap netip.AddrPort) (int, error) {
+	family := unix.AF_INET
+	if ap.Addr().Is6() && !ap.Addr().Is4In6() {
+		family = unix.AF_INET6
+	}
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	var sa unix.Sockaddr
+	if family == unix.AF_INET {
+		sa = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().Unmap().As4()}
+	} else {
+		sa = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+	}
+	switch verb {
+	case "listen":
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+		if err := unix.Bind(fd, sa); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("bind %s: %w", ap, err)
+		}
+		if err := unix.Listen(fd, 4096); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("listen %s: %w", ap, err)
+		}
+	case "dial":
+		tv := unix.Timeval{Sec: 10}
+		unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
+		if err := unix.Connect(fd, sa); err != nil {
+			unix.Close(fd)
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				return -1, fmt.Errorf("connection refused: nothing listens on %s inside the sandbox", ap)
+			}
+			return -1, fmt.Errorf("connect %s: %w", ap, err)
+		}
+	default:
+		unix.Close(fd)
+		return -1, fmt.Errorf("unknown verb %q", verb)
+	}
+	return fd, nil
+}
+
+// tail keeps the last few KiB a helper printed, for error messages.
+type tail struct{ b []byte }
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > 4096 {
+		t.b = t.b[len(t.b)-4096:]
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string { return string(t.b) }
