@@ -40,26 +40,31 @@ func newDoc(file string, data []byte) (*doc, error) {
 	d := &doc{file: file, src: string(data)}
 	md, err := toml.Decode(d.src, &d.prims)
 	if err != nil {
-		return nil, syntaxError(file, err)
+		return nil, syntaxError(file, d.src, err)
 	}
 	d.md = md
 	d.raw = make(map[string]any, len(d.prims))
 	for k, p := range d.prims {
 		var v any
 		if err := d.md.PrimitiveDecode(p, &v); err != nil {
-			return nil, syntaxError(file, err)
+			return nil, syntaxError(file, d.src, err)
 		}
 		d.raw[k] = v
 	}
 	return d, nil
 }
 
-func syntaxError(file string, err error) error {
+func syntaxError(file, src string, err error) error {
 	var pe toml.ParseError
 	if errors.As(err, &pe) {
 		line := pe.Position.Line
 		if line == 0 {
 			line = pe.Line
+		}
+		// An error found at a line's end is counted on the next line by the
+		// lexer; the mistake is on the line the newline ends.
+		if st := pe.Position.Start; st > 0 && st < len(src) && src[st] == '\n' && strings.Count(src[:st], "\n")+1 == line-1 {
+			line--
 		}
 		key := pe.LastKey
 		if line == 0 && key == "" {
@@ -287,6 +292,16 @@ func (d *doc) correctForArrayTables(p keyPath, line int) int {
 	}
 	if line >= hdr[i] && line < end {
 		return line
+	}
+	// A key written directly in the element: find its line in the section.
+	if at == len(p)-2 {
+		key := regexp.MustCompile(`^\s*["']?` + regexp.QuoteMeta(p[at+1].name) + `["']?\s*[=.]`)
+		lines := strings.Split(d.src, "\n")
+		for n := hdr[i]; n < end && n <= len(lines); n++ {
+			if key.MatchString(lines[n-1]) {
+				return n
+			}
+		}
 	}
 	return hdr[i]
 }
