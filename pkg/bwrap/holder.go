@@ -46,9 +46,10 @@ type Holder struct {
 	Degradations []string // what the sandbox lacks compared with its declaration
 	Namespaces   []string // nsenter flags that join it, derived from the holder itself
 
-	cmd    *exec.Cmd
-	stderr *tailBuffer
-	done   chan struct{}
+	cmd        *exec.Cmd
+	stderr     *tailBuffer
+	stderrDone chan struct{}
+	done       chan struct{}
 	err    error
 }
 
@@ -146,10 +147,11 @@ func Start(ctx context.Context, cfg Config) (*Holder, error) {
 	if startErr != nil {
 		return nil, fmt.Errorf("start %s: %w", bwrapPath, startErr)
 	}
-	h := &Holder{Version: v, Bwrap: bwrapPath, cmd: cmd, stderr: &tailBuffer{max: 8 << 10}, done: make(chan struct{})}
+	h := &Holder{Version: v, Bwrap: bwrapPath, cmd: cmd, stderr: &tailBuffer{max: 8 << 10}, stderrDone: make(chan struct{}), done: make(chan struct{})}
 	cu.Add(h.Kill)
 	go func() {
 		io.Copy(h.stderr, errR)
+		close(h.stderrDone)
 	}()
 	go func() {
 		h.err = cmd.Wait()
@@ -311,11 +313,11 @@ func writeMaps(pid int, allowDegraded bool) (uid, gid idmap.Map, mode string, er
 		return nil, nil, "", err
 	}
 	uid, gid = ownUID.Identity(), ownGID.Identity()
-	err = idmap.Write(pid, uid, gid)
+	err = writeIdentity(pid)
 	if err == nil {
 		return uid, gid, "identity", nil
 	}
-	if !allowDegraded || !errors.Is(err, idmap.ErrRefused) {
+	if !allowDegraded {
 		return nil, nil, "", fmt.Errorf("%w (serve refuses a sandbox without the identity map; --allow-degraded accepts a single-id map)", err)
 	}
 	uid, gid = idmap.Single(uint32(os.Geteuid())), idmap.Single(uint32(os.Getegid()))
@@ -329,6 +331,20 @@ func writeMaps(pid int, allowDegraded bool) (uid, gid idmap.Map, mode string, er
 		return nil, nil, "", fmt.Errorf("write single-id gid_map for pid %d: %w", pid, err)
 	}
 	return uid, gid, "single-id", nil
+}
+
+// writeIdentity writes the identity maps; tests replace it to simulate a
+// kernel that refuses them.
+var writeIdentity = func(pid int) error {
+	ownUID, err := idmap.Own("uid")
+	if err != nil {
+		return err
+	}
+	ownGID, err := idmap.Own("gid")
+	if err != nil {
+		return err
+	}
+	return idmap.Write(pid, ownUID.Identity(), ownGID.Identity())
 }
 
 // waitReady waits for the payload's readiness line.
@@ -388,6 +404,10 @@ func joinNamespaces(pid int) ([]string, error) {
 // died turns a setup failure into an error carrying bwrap's own words.
 func (h *Holder) died(err error) error {
 	h.Kill()
+	select {
+	case <-h.stderrDone:
+	case <-time.After(time.Second): // a grandchild may hold the pipe
+	}
 	if msg := strings.TrimSpace(h.stderr.String()); msg != "" {
 		return fmt.Errorf("%w; bwrap said: %s", err, msg)
 	}

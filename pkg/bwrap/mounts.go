@@ -27,8 +27,10 @@ const HarnessMarker = ".sandboxd-harness"
 // Docker's masked and read-only paths (moby's oci defaults). The identity map
 // makes the agent's root the container's root, so a writable
 // /proc/sys/kernel/core_pattern would be a host escape (lesson 56). bwrap
-// itself covers /proc/sys, /proc/sysrq-trigger, /proc/irq and /proc/bus with
-// read-only binds when they are writable; the rest is ours.
+// covers some of these itself, but only those it finds writable during its own
+// setup, which is not all of them: every one is bound read-only here. Sysctl
+// entries are looked up in the reader's namespaces, so the substrate's
+// /proc/sys shows the sandbox's own network and uts values.
 var (
 	maskedPaths = []string{
 		"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys",
@@ -36,7 +38,7 @@ var (
 		"/proc/sched_debug", "/proc/scsi", "/sys/firmware",
 		"/sys/devices/virtual/powercap",
 	}
-	readOnlyProcPaths = []string{"/proc/fs"}
+	readOnlyProcPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
 )
 
 // hostSocketDirs are where a bare host keeps the sockets that would hand the

@@ -1,0 +1,257 @@
+package bwrap_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
+	"github.com/sandboxd/sandboxd/pkg/bwrap"
+)
+
+func TestMain(m *testing.M) {
+	childproc.Maybe()
+	os.Exit(m.Run())
+}
+
+// harnessConfig is the configuration serve uses: a marked harness dir under
+// /media that must be absent, /logs/verifier masked.
+func harnessConfig(t *testing.T) (bwrap.Config, string) {
+	harness := sandboxtest.HarnessDir(t)
+	require.NoError(t, os.MkdirAll("/logs/verifier", 0o755))
+	return bwrap.Config{Hide: []string{harness}, Mask: []string{"/logs/verifier"}}, harness
+}
+
+// Lesson 13: the harness dir is absent, not empty; its siblings stay; /tests
+// does not exist; /logs/verifier is an empty mask.
+func TestLesson13_HarnessAbsentSiblingsKept(t *testing.T) {
+	cfg, harness := harnessConfig(t)
+	sibling, err := os.MkdirTemp("/media", "sibling-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(sibling) })
+	require.NoError(t, os.WriteFile(filepath.Join(sibling, "kept"), []byte("yes"), 0o644))
+	require.NoError(t, os.WriteFile("/logs/verifier/reward.txt", []byte("1"), 0o644))
+	t.Cleanup(func() { os.Remove("/logs/verifier/reward.txt") })
+	sb := sandboxtest.Start(t, cfg)
+
+	r := sb.Sh(t, "0", fmt.Sprintf(`
+		test -e %[1]s && echo harness-visible
+		ls -a /media | grep -q '^%[2]s$' && echo harness-listed
+		cat %[3]s/kept
+		test -e /tests && echo tests-visible
+		ls -A /logs/verifier | wc -l`, harness, filepath.Base(harness), sibling))
+	require.Equal(t, 0, r.Code, r.Stderr)
+	assert.Equal(t, "yes0\n", r.Stdout)
+}
+
+// Lesson 54: a root agent can neither unmount nor mount over a mask, and
+// cannot create a user namespace to get the capabilities to do so.
+func TestLesson54_RootAgentCannotUndoMasks(t *testing.T) {
+	cfg, harness := harnessConfig(t)
+	sb := sandboxtest.Start(t, cfg)
+	for _, script := range []string{
+		"umount /logs/verifier",
+		"umount -l /media",
+		"mount -t tmpfs none /logs/verifier",
+		"mount --bind /tmp /logs/verifier",
+		"mount -t proc proc /mnt",
+		"unshare -U true",
+		"unshare -Ur true",
+		"unshare -m true",
+	} {
+		r := sb.Sh(t, "0", script)
+		assert.NotEqual(t, 0, r.Code, "%q succeeded as root in the sandbox", script)
+	}
+	r := sb.Sh(t, "0", "grep -c ' /logs/verifier ' /proc/self/mountinfo; test -e "+harness+" || echo absent")
+	assert.Equal(t, "1\nabsent\n", r.Stdout, "the masks are still in place")
+}
+
+// Lesson 56: Docker's read-only and masked /proc paths, and a read-only /sys.
+func TestLesson56_ProcSysReadOnly(t *testing.T) {
+	sb := sandboxtest.Start(t, bwrap.Config{})
+	for _, path := range []string{"/proc/sys/kernel/core_pattern", "/proc/sysrq-trigger", "/sys/kernel/uevent_helper", "/proc/sys/vm/drop_caches"} {
+		r := sb.Sh(t, "0", "test -w "+path)
+		assert.NotEqual(t, 0, r.Code, "%s is writable for the agent's root", path)
+	}
+	r := sb.Sh(t, "0", "cat /proc/kcore 2>/dev/null | head -c 1 | wc -c; ls /proc/acpi 2>/dev/null | wc -l")
+	assert.Equal(t, "0\n0\n", r.Stdout)
+}
+
+// Lessons 14 and 54: sessions run with Docker's default set less NET_RAW.
+func TestLesson14_BoundedCapabilities(t *testing.T) {
+	sb := sandboxtest.Start(t, bwrap.Config{})
+	r := sb.Sh(t, "0", "grep -E '^Cap(Eff|Bnd)' /proc/self/status")
+	require.Equal(t, 0, r.Code, r.Stderr)
+	// Docker's default set (0xa80425fb) without CAP_NET_RAW (bit 13).
+	want := fmt.Sprintf("%016x", uint64(0xa80425fb)&^(1<<13))
+	assert.Equal(t, "CapEff:\t"+want+"\nCapBnd:\t"+want+"\n", r.Stdout)
+}
+
+// Lesson 8 and the issue's ownership check: a file owned by uid 1000 shows
+// uid 1000 inside; uid 1000 can write it and uid 1001 cannot.
+func TestLesson8_FileOwnershipThroughIdentityMap(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
+	require.NoError(t, os.Chmod(dir, 0o755))
+	f := filepath.Join(dir, "owned")
+	require.NoError(t, os.WriteFile(f, []byte("x"), 0o644))
+	require.NoError(t, os.Chown(f, 1000, 1000))
+	sb := sandboxtest.Start(t, bwrap.Config{Workdir: dir})
+	r := sb.Sh(t, "0", "stat -c %u:%g "+f)
+	assert.Equal(t, "1000:1000\n", r.Stdout)
+	assert.Equal(t, 0, sb.Sh(t, "1000:1000", "echo y >> "+f).Code)
+	assert.NotEqual(t, 0, sb.Sh(t, "1001:1001", "echo z >> "+f).Code)
+	b, err := os.ReadFile(f)
+	require.NoError(t, err)
+	assert.Equal(t, "xy\n", string(b), "the agent's writes are real and the substrate sees them")
+}
+
+// Lesson 55: nothing inside names the harness: pid 1's command line and
+// environment, mount sources, a session's environment.
+func TestLesson55_NothingInsideNamesTheHarness(t *testing.T) {
+	cfg, harness := harnessConfig(t)
+	cfg.Files = []bwrap.DataFile{{Path: "/etc/hosts", Data: []byte("127.0.0.1 localhost\n")}}
+	sb := sandboxtest.Start(t, cfg)
+	r := sb.Sh(t, "0", "tr '\\0' ' ' </proc/1/cmdline; echo; tr '\\0' '\\n' </proc/1/environ; cat /proc/self/mountinfo; env; ls -la /proc/1/fd/ 2>&1")
+	require.Equal(t, 0, r.Code, r.Stderr)
+	for _, word := range []string{harness, "sandboxd", filepath.Base(harness), "--args", "bwrap"} {
+		assert.NotContains(t, r.Stdout, word)
+	}
+	assert.Contains(t, r.Stdout, "sleep", "pid 1 looks like Harbor's sleep infinity")
+}
+
+// Lesson 3: one sandbox per rollout — a background process survives its command.
+func TestLesson3_BackgroundSurvivesCommand(t *testing.T) {
+	sb := sandboxtest.Start(t, bwrap.Config{})
+	r := sb.Sh(t, "0", "nohup sleep 300 >/dev/null 2>&1 & echo $! > /tmp/bg.pid")
+	require.Equal(t, 0, r.Code)
+	r = sb.Sh(t, "0", "kill -0 $(cat /tmp/bg.pid) && echo alive")
+	assert.Equal(t, "alive\n", r.Stdout)
+}
+
+// A root agent's `kill -9 -1` leaves the sandbox standing: pid 1 is a
+// namespace init with no handlers.
+func TestKillAllLeavesSandboxStanding(t *testing.T) {
+	sb := sandboxtest.Start(t, bwrap.Config{})
+	sb.Sh(t, "0", "sleep 100 & kill -9 -1")
+	r := sb.Sh(t, "0", "echo still-here")
+	assert.Equal(t, "still-here\n", r.Stdout)
+	select {
+	case <-sb.Holder.Done():
+		t.Fatal("the holder died")
+	default:
+	}
+}
+
+// Lesson 58: the holder outlives the goroutine (and thread) that started it.
+func TestLesson58_HolderOutlivesStartingThread(t *testing.T) {
+	sandboxtest.RequireRoot(t)
+	var h *bwrap.Holder
+	var err error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		runtime.LockOSThread() // exits with the goroutine: its thread is retired
+		h, err = bwrap.Start(context.Background(), bwrap.Config{Workdir: "/"})
+	}()
+	wg.Wait()
+	require.NoError(t, err)
+	defer h.Kill()
+	// Churn threads so the runtime retires some.
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); runtime.LockOSThread(); time.Sleep(time.Millisecond) }()
+	}
+	wg.Wait()
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case <-h.Done():
+		t.Fatal("the holder died with the thread that forked it")
+	default:
+	}
+	assert.NoError(t, unix.Kill(h.PID, 0))
+}
+
+// Lesson 9 and 48: a failed start leaves no process behind.
+func TestLesson9_FailedStartLeavesNothing(t *testing.T) {
+	sandboxtest.RequireRoot(t)
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "bwrap")
+	// A bwrap that reports a version and dies before writing --info-fd.
+	require.NoError(t, os.WriteFile(fake, []byte("#!/bin/sh\n[ \"$1\" = --version ] && { echo bubblewrap 0.8.0; exit 0; }\necho 'bwrap: Creating new namespace failed: Operation not permitted' >&2\nexit 1\n"), 0o755))
+	before := countChildren()
+	_, err := bwrap.Start(context.Background(), bwrap.Config{Bwrap: fake, Workdir: "/"})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, bwrap.ErrDied)
+	assert.Contains(t, err.Error(), "Creating new namespace failed", "bwrap's own words reach the operator")
+	assert.Equal(t, before, countChildren())
+
+	_, err = bwrap.Start(context.Background(), bwrap.Config{Bwrap: filepath.Join(dir, "missing"), Workdir: "/"})
+	assert.ErrorIs(t, err, bwrap.ErrNotFound)
+	assert.Contains(t, err.Error(), "install the bubblewrap package")
+
+	require.NoError(t, os.WriteFile(fake, []byte("#!/bin/sh\necho bubblewrap 0.3.3\n"), 0o755))
+	_, err = bwrap.Start(context.Background(), bwrap.Config{Bwrap: fake, Workdir: "/"})
+	assert.ErrorIs(t, err, bwrap.ErrTooOld)
+
+	_, err = bwrap.Start(context.Background(), bwrap.Config{Workdir: "/no/such/dir"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "--workdir")
+}
+
+// Lesson 9 and 49: an id map the kernel refuses kills the holder; with
+// --allow-degraded a single-id map is used and said.
+func TestLesson9_RefusedIDMapKillsHolder(t *testing.T) {
+	sandboxtest.RequireRoot(t)
+	restore := bwrap.SetMapsForTest(func(pid int) error {
+		return fmt.Errorf("write /proc/%d/uid_map: %w", pid, errors.New("operation not permitted (simulated refusal)"))
+	})
+	defer restore()
+	before := countChildren()
+	_, err := bwrap.Start(context.Background(), bwrap.Config{Workdir: "/"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "--allow-degraded")
+	assert.Equal(t, before, countChildren(), "the spawned bwrap was killed")
+
+	h, err := bwrap.Start(context.Background(), bwrap.Config{Workdir: "/", AllowDegraded: true})
+	require.NoError(t, err)
+	defer h.Kill()
+	assert.Equal(t, "single-id", h.MapMode)
+	require.Len(t, h.Degradations, 1)
+	m, _ := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", h.PID))
+	assert.Equal(t, "0 0 1", strings.Join(strings.Fields(string(m)), " "))
+}
+
+// countChildren counts this process's live children.
+func countChildren() int {
+	n := 0
+	entries, _ := os.ReadDir("/proc")
+	me := fmt.Sprintf(" %d ", os.Getpid())
+	for _, e := range entries {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i > 0 && strings.HasPrefix(s[i+3:], "") {
+			f := strings.Fields(s[i+2:])
+			if len(f) > 1 && " "+f[1]+" " == me && f[0] != "Z" {
+				n++
+			}
+		}
+	}
+	return n
+}
