@@ -94,18 +94,21 @@ full() {
 	mkfifo "$dir/block"
 	local bw
 	exec {bw}<>"$dir/block" # so that bwrap's open of the fifo does not block
-	# Docker's masked and read-only paths, re-applied over the fresh /proc and /sys.
-	# Only paths this kernel has: bwrap fails on a missing source ("Can't find
-	# source path"), and e.g. /proc/sysrq-trigger and /proc/kcore may not exist.
+	# Docker 20.10's lists (HostConfig.MaskedPaths / ReadonlyPaths of a default
+	# container), re-applied over the fresh /proc, skipping what this kernel
+	# lacks: bwrap fails on a missing source ("Can't find source path"), and
+	# e.g. /proc/sysrq-trigger and /proc/kcore may not exist.
 	local masks=(--ro-bind /sys /sys) f
-	for f in /proc/sys /proc/sysrq-trigger /proc/irq /proc/bus /proc/fs; do
+	for f in /proc/asound /proc/acpi /proc/kcore /proc/keys /proc/latency_stats /proc/timer_list \
+		/proc/timer_stats /proc/sched_debug /proc/scsi /sys/firmware; do
+		if [[ -d $f ]]; then
+			masks+=(--tmpfs "$f" --remount-ro "$f")
+		elif [[ -e $f ]]; then
+			masks+=(--ro-bind /dev/null "$f")
+		fi
+	done
+	for f in /proc/bus /proc/fs /proc/irq /proc/sys /proc/sysrq-trigger; do
 		[[ -e $f ]] && masks+=(--ro-bind "$f" "$f")
-	done
-	for f in /proc/kcore /proc/keys /proc/timer_list /proc/timer_stats /proc/sched_debug /proc/latency_stats; do
-		[[ -e $f ]] && masks+=(--ro-bind /dev/null "$f")
-	done
-	for f in /proc/acpi /proc/scsi /sys/firmware; do
-		[[ -d $f ]] && masks+=(--tmpfs "$f")
 	done
 	env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin bwrap "${ns_opts[@]}" --info-fd 3 --userns-block-fd 4 --cap-drop ALL \
 		"${mounts[@]}" "${masks[@]}" "${extra[@]}" \
@@ -159,7 +162,7 @@ full() {
 	local out rc
 	out=$(env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin nsenter --target "$cpid" --user --mount --pid --uts --ipc --net "${cg[@]}" --wd \
 		sh -c 'echo "uid=$(id -u) pid1=$(cat /proc/1/comm) ifaces=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d " " | tr "\n" ,) uid_map_lines=$(wc -l </proc/self/uid_map) capeff=$(awk "/^CapEff/ {print \$2}" /proc/self/status)"
-		     echo "proc_sys=$( (echo 1 >/proc/sys/kernel/core_pattern) 2>&1 | sed "s/.*: //") sys=$( (touch /sys/x) 2>&1 | sed "s/.*: //") kcore=$(stat -c %t:%T /proc/kcore 2>/dev/null)"' 2>&1)
+		     echo "proc_sys=$( (echo 1 >/proc/sys/kernel/core_pattern) 2>&1 | sed "s/.*: //") sys=$( (touch /sys/x) 2>&1 | sed "s/.*: //") proc_keys=$( (cat /proc/keys >/dev/null && echo readable) 2>&1 | sed "s/.*: //") proc_submounts=$(awk "\$5 ~ /^\/proc\// {n++} END {print n+0}" /proc/self/mountinfo)"' 2>&1)
 	rc=$?
 	# A visitor: the sandbox's user+net namespaces, the substrate's pid
 	# namespace, and a mount namespace of its own made with unshare(2).
