@@ -28,6 +28,10 @@ type doc struct {
 	errs     []error
 	warnings []warning
 	headers  map[string][]int // "peers" → line of each [[peers]] header, filled on demand
+	levels   map[string]map[string]toml.Primitive
+
+	moreErrs, moreWarnings int    // problems past the bounds, counted only
+	firstMore              string // key of the first error past the bound
 }
 
 type warning struct {
@@ -86,6 +90,10 @@ func (d *doc) err() error {
 		return nil
 	}
 	sort.SliceStable(d.errs, func(i, j int) bool { return errLine(d.errs[i]) < errLine(d.errs[j]) })
+	if d.moreErrs > 0 {
+		d.errs = append(d.errs, &FieldError{Pos: Pos{File: d.file, Key: d.firstMore},
+			Msg: fmt.Sprintf("and %d more problems not shown: fix the ones above first", d.moreErrs)})
+	}
 	return errors.Join(d.errs...)
 }
 
@@ -102,7 +110,7 @@ func errLine(err error) int {
 }
 
 // maxWarnings bounds the warning list so that a file of garbage keys cannot
-// flood logs; the last line says how many more there were.
+// flood logs; a last line says how many more there were.
 const maxWarnings = 100
 
 // warningTexts returns the warnings in file order.
@@ -111,28 +119,53 @@ func (d *doc) warningTexts() []string {
 		return nil
 	}
 	sort.SliceStable(d.warnings, func(i, j int) bool { return d.warnings[i].line < d.warnings[j].line })
-	out := make([]string, 0, min(len(d.warnings), maxWarnings+1))
-	for i, w := range d.warnings {
-		if i == maxWarnings {
-			out = append(out, fmt.Sprintf("%s: %d more warnings not shown", d.file, len(d.warnings)-maxWarnings))
-			break
-		}
+	out := make([]string, 0, len(d.warnings)+1)
+	for _, w := range d.warnings {
 		out = append(out, w.text)
+	}
+	if d.moreWarnings > 0 {
+		out = append(out, fmt.Sprintf("%s: %d more warnings not shown", d.file, d.moreWarnings))
 	}
 	return out
 }
 
 func (d *doc) pos(p keyPath) Pos { return Pos{File: d.file, Line: d.line(p), Key: p.String()} }
 
+// maxProblems bounds the errors and warnings that get a position: finding a
+// line costs a pass over the file, and a file of ten thousand bad keys must
+// not cost ten thousand passes. Past the bound problems are only counted.
+const maxProblems = 100
+
 func (d *doc) fail(p keyPath, format string, args ...any) {
+	if d.full(p) {
+		return
+	}
 	d.errs = append(d.errs, &FieldError{Pos: d.pos(p), Msg: fmt.Sprintf(format, args...)})
 }
 
 func (d *doc) unsupported(p keyPath, feature, reason string) {
+	if d.full(p) {
+		return
+	}
 	d.errs = append(d.errs, &UnsupportedError{Pos: d.pos(p), Feature: feature, Reason: reason})
 }
 
+func (d *doc) full(p keyPath) bool {
+	if len(d.errs) < maxProblems {
+		return false
+	}
+	if d.moreErrs == 0 {
+		d.firstMore = p.String()
+	}
+	d.moreErrs++
+	return true
+}
+
 func (d *doc) warn(p keyPath, format string, args ...any) {
+	if len(d.warnings) >= maxWarnings {
+		d.moreWarnings++
+		return
+	}
 	line := d.line(p)
 	pos := d.file
 	if line > 0 {
@@ -244,18 +277,35 @@ func (d *doc) probe(p keyPath) int {
 		if i == len(p)-1 {
 			return d.correctForArrayTables(p, d.primLine(prim))
 		}
-		next := map[string]toml.Primitive{}
-		if d.md.PrimitiveDecode(prim, &next) != nil {
-			// An array addressed without an index: look in its first element.
-			var elems []map[string]toml.Primitive
-			if d.md.PrimitiveDecode(prim, &elems) != nil || len(elems) == 0 {
-				return 0
-			}
-			next = elems[0]
+		if level = d.level(p[:i+1], prim); level == nil {
+			return 0
 		}
-		level = next
 	}
 	return 0
+}
+
+// level decodes the table at p into its keys' primitives, once: a line is
+// looked up per problem, and decoding a large table per lookup is quadratic.
+func (d *doc) level(p keyPath, prim toml.Primitive) map[string]toml.Primitive {
+	key := p.String()
+	if m, ok := d.levels[key]; ok {
+		return m
+	}
+	m := map[string]toml.Primitive{}
+	if d.md.PrimitiveDecode(prim, &m) != nil {
+		// An array addressed without an index: look in its first element.
+		var elems []map[string]toml.Primitive
+		if d.md.PrimitiveDecode(prim, &elems) != nil || len(elems) == 0 {
+			m = nil
+		} else {
+			m = elems[0]
+		}
+	}
+	if d.levels == nil {
+		d.levels = map[string]map[string]toml.Primitive{}
+	}
+	d.levels[key] = m
+	return m
 }
 
 func (d *doc) primLine(prim toml.Primitive) int {
@@ -423,13 +473,30 @@ func (t *table) has(name string) bool {
 	return ok
 }
 
-// done warns about every key of this table that the schema did not take.
+// done warns about every key of this table that the schema did not take, in
+// file order.
 func (t *table) done() {
+	var unknown []string
 	for name := range t.m {
 		if !t.used[name] {
-			p := t.at.child(name)
-			t.d.warn(p, "unknown key %q (ignored)", p.String())
+			unknown = append(unknown, name)
 		}
+	}
+	if len(unknown) == 0 {
+		return
+	}
+	sort.Strings(unknown)
+	rank := map[string]int{}
+	for i, name := range t.d.order(t.at) {
+		rank[name] = i + 1
+	}
+	sort.SliceStable(unknown, func(i, j int) bool {
+		ri, rj := rank[unknown[i]], rank[unknown[j]]
+		return ri != 0 && (rj == 0 || ri < rj)
+	})
+	for _, name := range unknown {
+		p := t.at.child(name)
+		t.d.warn(p, "unknown key %q (ignored)", p.String())
 	}
 }
 

@@ -382,3 +382,18 @@ func TestParse_IntegralFloatsAndIntTimeouts(t *testing.T) {
 	assert.Equal(t, int64(1), tk.Environment.GPUs)
 	assert.Equal(t, 90*time.Second, tk.Agent.Timeout)
 }
+
+func TestParse_ErrorsAreBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("[verifier.env]\n")
+	for i := range maxProblems + 20 {
+		b.WriteString("E")
+		b.WriteString(strings.Repeat("x", i))
+		b.WriteString(" = 1\n")
+	}
+	_, err := Parse("task.toml", []byte(b.String()))
+	require.Error(t, err)
+	ps := problems(err)
+	require.Len(t, ps, maxProblems+1)
+	assert.Contains(t, ps[maxProblems].Error(), "and 20 more problems not shown")
+}
