@@ -120,3 +120,4 @@ func (c *idleConn) Write(p []byte) (int, error) {
 	}
 	return n, err
 }
+

@@ -1,0 +1,117 @@
+package egress
+
+import (
+	"bufio"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func startVisitor(t *testing.T, res Resolver) (*Visitor, string) {
+	v := &Visitor{Proxy: Proxy{Resolver: res, Log: quietLog, Dial: (&dialRecorder{t: t}).dial}}
+	return v, serveOn(t, v.Serve)
+}
+
+func basic(token string) string {
+	return "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("visit:"+token)) + "\r\n"
+}
+
+// Lesson 34: the visitor port needs a token and answers only while a visit
+// is open.
+func TestLesson34_VisitorPortNeedsToken(t *testing.T) {
+	up := okUpstream(t)
+	v, addr := startVisitor(t, resolverOf("up.test", "127.0.0.1"))
+	get := func(auth string) *http.Response {
+		resp, _ := roundTrip(t, addr, "GET http://up.test:"+up.port+"/ HTTP/1.1\r\n"+auth+"\r\n", "GET")
+		return resp
+	}
+
+	resp := get("")
+	assert.Equal(t, 407, resp.StatusCode, "no visit open")
+	assert.NotEmpty(t, resp.Header.Get("Proxy-Authenticate"))
+
+	token, done := v.Open(publicLoopback())
+	require.Len(t, token, 64)
+	assert.Equal(t, 407, get("").StatusCode, "no token")
+	assert.Equal(t, 407, get(basic("wrong")).StatusCode, "wrong token")
+	assert.Equal(t, 407, get("Proxy-Authorization: Bearer "+token[:63]+"\r\n").StatusCode, "truncated token")
+	assert.Equal(t, 200, get(basic(token)).StatusCode, "Basic")
+	assert.Equal(t, 200, get("Proxy-Authorization: Bearer "+token+"\r\n").StatusCode, "Bearer")
+
+	done()
+	assert.Equal(t, 407, get(basic(token)).StatusCode, "visit over")
+}
+
+// A visit that ends takes its open tunnels with it.
+func TestVisitEndClosesItsTunnels(t *testing.T) {
+	up := startRawUpstream(t, func(c net.Conn, br *bufio.Reader) { io.Copy(io.Discard, br) })
+	v, addr := startVisitor(t, resolverOf("up.test", "127.0.0.1"))
+	token, done := v.Open(publicLoopback())
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "CONNECT up.test:%s HTTP/1.1\r\n%s\r\n", up.port, basic(token))
+	br := bufio.NewReader(c)
+	resp, _, err := readResponseOn(br, "CONNECT")
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode)
+	done()
+	_, err = br.ReadByte()
+	assert.ErrorIs(t, err, io.EOF)
+}
+
+// Lesson 46: concurrent visitors get their own tokens, each under its own
+// policy, and one ending does not end the other.
+func TestLesson46_ConcurrentVisitorsOwnTokens(t *testing.T) {
+	up := okUpstream(t)
+	v, addr := startVisitor(t, resolverOf("verifier.test", "127.0.0.1", "health.test", "127.0.0.1"))
+	only := func(host string) Policy {
+		p, err := ParsePolicy("allowlist", []string{host}, []string{"127.0.0.0/8"})
+		require.NoError(t, err)
+		return p
+	}
+	verifier, doneVerifier := v.Open(only("verifier.test"))
+	health, doneHealth := v.Open(only("health.test"))
+	defer doneHealth()
+	require.NotEqual(t, verifier, health)
+
+	get := func(host, token string) int {
+		resp, _ := roundTrip(t, addr, "GET http://"+host+":"+up.port+"/ HTTP/1.1\r\n"+basic(token)+"\r\n", "GET")
+		return resp.StatusCode
+	}
+	assert.Equal(t, 200, get("verifier.test", verifier))
+	assert.Equal(t, 403, get("health.test", verifier))
+	assert.Equal(t, 200, get("health.test", health))
+	assert.Equal(t, 403, get("verifier.test", health))
+
+	doneVerifier()
+	assert.Equal(t, 407, get("verifier.test", verifier))
+	assert.Equal(t, 200, get("health.test", health))
+}
+
+func TestVisitorURLCarriesToken(t *testing.T) {
+	u, err := url.Parse(VisitorURL("127.0.0.1:3129", "abc123"))
+	require.NoError(t, err)
+	pass, _ := u.User.Password()
+	assert.Equal(t, "abc123", pass)
+	assert.Equal(t, "127.0.0.1:3129", u.Host)
+}
+
+// A plain proxy with a Token refuses clients without it.
+func TestProxyToken(t *testing.T) {
+	up := okUpstream(t)
+	addr := startProxy(t, &Proxy{Policy: publicLoopback(), Token: "s3cret", Resolver: resolverOf("up.test", "127.0.0.1")})
+	for auth, want := range map[string]int{"": 407, basic("nope"): 407, basic("s3cret"): 200} {
+		resp, _ := roundTrip(t, addr, "GET http://up.test:"+up.port+"/ HTTP/1.1\r\n"+auth+"\r\n", "GET")
+		assert.Equal(t, want, resp.StatusCode, "auth %q", auth)
+	}
+}
