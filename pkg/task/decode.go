@@ -84,7 +84,7 @@ func syntaxError(file, src string, err error) error {
 	return &FieldError{Pos: Pos{File: file, Line: 1}, Msg: "invalid TOML: " + err.Error(), Err: err}
 }
 
-// err joins every problem found, in file order, or is nil.
+// err is nil, the one problem found, or every problem joined in file order.
 func (d *doc) err() error {
 	if len(d.errs) == 0 {
 		return nil
@@ -93,6 +93,9 @@ func (d *doc) err() error {
 	if d.moreErrs > 0 {
 		d.errs = append(d.errs, &FieldError{Pos: Pos{File: d.file, Key: d.firstMore},
 			Msg: fmt.Sprintf("and %d more problems not shown: fix the ones above first", d.moreErrs)})
+	}
+	if len(d.errs) == 1 {
+		return d.errs[0]
 	}
 	return errors.Join(d.errs...)
 }

@@ -13,7 +13,9 @@
 // `memory = "2G"` and `storage = "10G"` for memory_mb and storage_mb.
 // A phase without its own network_mode inherits the environment's
 // (AgentNetwork, VerifierNetwork); allowed_hosts without a network_mode means
-// an allowlist, as in Harbor.
+// an allowlist, as in Harbor. When both network_mode and allow_internet are
+// written, network_mode wins; allow_internet = false beside a network_mode
+// that lets traffic out is an error rather than a guess.
 //
 // Unknown keys are ignored with a warning in Task.Warnings
 // ("task.toml:LINE: unknown key "x.y" (ignored)"). Syntax errors, wrong types

@@ -285,3 +285,13 @@ func problems(err error) []error {
 	walk(err)
 	return out
 }
+
+func TestLoad_RelativeDirIsNamedByTheDirectory(t *testing.T) {
+	abs, err := filepath.Abs(fixture("tb2-hello"))
+	require.NoError(t, err)
+	t.Chdir(abs)
+	tk, err := Load(".")
+	require.NoError(t, err)
+	assert.Equal(t, "tb2-hello", tk.Name)
+	assert.Equal(t, filepath.Join("tests", "test.sh"), tk.TestScript)
+}

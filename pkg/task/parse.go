@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// KnownSchemaVersions are the task.toml schema versions this package reads in full.
-var KnownSchemaVersions = []string{"1.0", "1.1", "1.2", "1.3"}
+// knownSchemaVersions are the task.toml schema versions this package reads in full.
+var knownSchemaVersions = []string{"1.0", "1.1", "1.2", "1.3"}
 
 // Parse reads task.toml's content; name is the file name used in errors and
 // warnings. Every problem is reported, in file order, as a *FieldError or an
@@ -100,13 +100,13 @@ func (t *Task) readTop(root *table) {
 	case hasVer:
 		t.SchemaVersion = ver
 	}
-	if t.SchemaVersion != "" && !slices.Contains(KnownSchemaVersions, t.SchemaVersion) {
+	if t.SchemaVersion != "" && !slices.Contains(knownSchemaVersions, t.SchemaVersion) {
 		key := "schema_version"
 		if !hasSV {
 			key = "version"
 		}
 		d.warn(keyPath{}.child(key), "schema version %q is not one sandboxd knows (%s): keys it does not know are ignored with a warning",
-			t.SchemaVersion, strings.Join(KnownSchemaVersions, ", "))
+			t.SchemaVersion, strings.Join(knownSchemaVersions, ", "))
 	}
 	if s, ok := root.str("source"); ok {
 		t.Source = s

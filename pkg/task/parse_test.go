@@ -397,3 +397,11 @@ func TestParse_ErrorsAreBounded(t *testing.T) {
 	require.Len(t, ps, maxProblems+1)
 	assert.Contains(t, ps[maxProblems].Error(), "and 20 more problems not shown")
 }
+
+func TestParse_OneProblemIsReturnedBare(t *testing.T) {
+	_, err := Parse("task.toml", []byte("[agent]\ntimeout_sec = -1"))
+	require.Error(t, err)
+	fe, ok := err.(*FieldError)
+	require.True(t, ok, "got %T", err)
+	assert.Equal(t, Pos{File: "task.toml", Line: 2, Key: "agent.timeout_sec"}, fe.Pos)
+}

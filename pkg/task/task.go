@@ -186,6 +186,9 @@ func Load(dir string) (*Task, error) {
 	}
 	t.Dir = dir
 	t.Name = filepath.Base(filepath.Clean(dir))
+	if abs, err := filepath.Abs(dir); err == nil {
+		t.Name = filepath.Base(abs) // "." names the directory, not "."
+	}
 
 	var errs []error
 	if fi, err := os.Stat(join(PathSteps)); err == nil && fi.IsDir() {
