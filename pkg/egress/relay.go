@@ -12,7 +12,13 @@ import (
 
 // activity is the time of the last byte moved on a pair of connections, so
 // that a quiet direction does not time out while the other one is busy.
-type activity struct{ last atomic.Int64 }
+type activity struct {
+	last atomic.Int64
+	// drained[d] says that direction d of a relay last came back from a
+	// read deadline with nothing moved, or has ended: it is known to be
+	// quiet, not merely waiting for the scheduler.
+	drained [2]atomic.Bool
+}
 
 func newActivity() *activity {
 	a := &activity{}
@@ -40,18 +46,22 @@ func relay(ctx context.Context, a, b net.Conn, idle time.Duration) (ab, ba int64
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		ab = pump(b, a, idle, act, abort)
+		ab = pump(b, a, idle, act, 0, abort)
 	}()
-	ba = pump(a, b, idle, act, abort)
+	ba = pump(a, b, idle, act, 1, abort)
 	<-done
 	abort()
 	return ab, ba
 }
 
-// pump copies src to dst for relay. Only read deadlines are used: the kernel
-// splice that io.Copy uses between TCP connections drops what it holds when a
-// write deadline interrupts it.
-func pump(dst, src net.Conn, idle time.Duration, act *activity, abort func()) int64 {
+// pump copies src to dst for relay as direction dir (0 or 1). It wakes every
+// idle/2 through a read deadline to see whether the pair has gone idle: that
+// takes both directions having seen a window with nothing to move, and no
+// byte either way for idle. (A direction starved of CPU on a loaded machine
+// must not count as quiet.) Only read deadlines are used: the kernel splice
+// that io.Copy uses between TCP connections drops what it holds when a write
+// deadline interrupts it.
+func pump(dst, src net.Conn, idle time.Duration, act *activity, dir int, abort func()) int64 {
 	var total int64
 	for {
 		if idle > 0 {
@@ -62,13 +72,15 @@ func pump(dst, src net.Conn, idle time.Duration, act *activity, abort func()) in
 		if n > 0 {
 			act.touch()
 		}
+		timedOut := idle > 0 && errors.Is(err, os.ErrDeadlineExceeded)
+		act.drained[dir].Store(err == nil || timedOut && n == 0)
 		switch {
 		case err == nil: // EOF from src: pass it on, leave the other way open
 			if closeWrite(dst) != nil {
 				abort()
 			}
 			return total
-		case idle > 0 && errors.Is(err, os.ErrDeadlineExceeded) && !act.quietFor(idle):
+		case timedOut && !(act.drained[1-dir].Load() && act.quietFor(idle)):
 			continue
 		default:
 			abort()
@@ -120,4 +132,3 @@ func (c *idleConn) Write(p []byte) (int, error) {
 	}
 	return n, err
 }
-
