@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/http/httpproxy"
 )
 
 // curl runs the real curl binary with a bare environment (so no proxy
@@ -149,7 +151,9 @@ func TestCurlThroughVisitor(t *testing.T) {
 	assert.Equal(t, "hello tls.test:"+port+" via HTTP/1.1", out)
 }
 
-// A Go program using http.ProxyFromEnvironment with ProxyEnv's variables.
+// A Go program using http.ProxyFromEnvironment's logic with ProxyEnv's
+// variables (read through httpproxy, which does not cache the environment
+// for the process's life as ProxyFromEnvironment does).
 func TestGoClientWithProxyEnv(t *testing.T) {
 	srv := httptest.NewServer(testHandler())
 	defer srv.Close()
@@ -159,7 +163,8 @@ func TestGoClientWithProxyEnv(t *testing.T) {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
 	}
-	tr := &http.Transport{Proxy: http.ProxyFromEnvironment}
+	proxyFor := httpproxy.FromEnvironment().ProxyFunc()
+	tr := &http.Transport{Proxy: func(r *http.Request) (*url.URL, error) { return proxyFor(r.URL) }}
 	defer tr.CloseIdleConnections()
 	resp, err := (&http.Client{Transport: tr}).Get("http://go.test:" + port + "/hello")
 	require.NoError(t, err)
