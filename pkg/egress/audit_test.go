@@ -29,18 +29,30 @@ func TestAuditRecordsDecisions(t *testing.T) {
 
 	recs := readAudit(t, filepath.Join(dir, "egress.log"))
 	require.Len(t, recs, 3)
-	assert.Equal(t, "decision", recs[0]["msg"])
-	assert.Equal(t, "allow", recs[0]["verdict"])
-	assert.Equal(t, "agent", recs[0]["proxy"])
-	assert.Equal(t, "up.test", recs[0]["host"])
-	assert.Equal(t, "127.0.0.1:"+up.port, recs[0]["addr"])
-	assert.NotEmpty(t, recs[0]["time"])
-	assert.NotEmpty(t, recs[0]["client"])
-	assert.Equal(t, "close", recs[1]["msg"])
-	assert.EqualValues(t, 200, recs[1]["status"])
-	assert.EqualValues(t, 19, recs[1]["bytes_down"])
-	assert.Equal(t, "deny", recs[2]["verdict"])
-	assert.Contains(t, recs[2]["reason"], "blocked-by-allowlist")
+	// The two connections run concurrently in the proxy: find records by kind.
+	find := func(msg, verdict string) map[string]any {
+		for _, r := range recs {
+			if r["msg"] == msg && (verdict == "" || r["verdict"] == verdict) {
+				return r
+			}
+		}
+		t.Fatalf("no %s record with verdict %q in %v", msg, verdict, recs)
+		return nil
+	}
+	allow := find("decision", "allow")
+	assert.Equal(t, "agent", allow["proxy"])
+	assert.Equal(t, "GET", allow["method"])
+	assert.Equal(t, "up.test", allow["host"])
+	assert.Equal(t, "127.0.0.1:"+up.port, allow["addr"])
+	assert.NotEmpty(t, allow["time"])
+	assert.NotEmpty(t, allow["client"])
+	closed := find("close", "")
+	assert.EqualValues(t, 200, closed["status"])
+	assert.EqualValues(t, 19, closed["bytes_down"])
+	assert.Contains(t, closed, "duration")
+	deny := find("decision", "deny")
+	assert.Equal(t, "other.test", deny["host"])
+	assert.Contains(t, deny["reason"], "blocked-by-allowlist")
 }
 
 func readAudit(t *testing.T, path string) []map[string]any {

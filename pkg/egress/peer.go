@@ -2,7 +2,6 @@ package egress
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -30,14 +29,10 @@ func ServePeer(ctx context.Context, ln net.Listener, target string, dial DialFun
 	defer wg.Wait()
 	sem := make(chan struct{}, maxPeerConns)
 	for {
-		c, err := ln.Accept()
+		c, err := accept(ctx, ln, slog.Default())
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
 			}
 			return fmt.Errorf("accept for peer %s on %s: %w", target, ln.Addr(), err)
 		}

@@ -85,14 +85,10 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
-		c, err := ln.Accept()
+		c, err := accept(ctx, ln, s.Log)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
 			}
 			return fmt.Errorf("accept on egress proxy %s: %w", ln.Addr(), err)
 		}
@@ -111,6 +107,26 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 			defer func() { <-sem }()
 			s.serveConn(ctx, c)
 		}()
+	}
+}
+
+// accept waits for the next connection, riding out transient failures
+// (EMFILE, ECONNABORTED) with a capped backoff instead of giving up the port:
+// the sandbox would have no way out until the daemon restarts.
+func accept(ctx context.Context, ln net.Listener, log *slog.Logger) (net.Conn, error) {
+	backoff := 5 * time.Millisecond
+	for {
+		c, err := ln.Accept()
+		if err == nil || errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
+			return c, err
+		}
+		log.Warn("egress: accept failed, retrying", "addr", ln.Addr(), "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
 	}
 }
 
@@ -395,7 +411,10 @@ func (c *clientConn) forward(ctx context.Context, g grant, req *request) bool {
 		c.dropUpstream()
 	}
 	reused := c.up != nil
-	if c.up == nil {
+	if reused {
+		c.s.Audit.record(event{kind: "decision", label: c.s.Label, client: c.client, method: req.method, host: req.host, port: req.port,
+			addr: c.up.addr, verdict: "allow", reason: "kept-alive connection"})
+	} else {
 		conn, ap := c.decide(ctx, g, req)
 		if conn == nil {
 			return false

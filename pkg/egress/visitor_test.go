@@ -115,3 +115,43 @@ func TestProxyToken(t *testing.T) {
 		assert.Equal(t, want, resp.StatusCode, "auth %q", auth)
 	}
 }
+
+// Lesson 33: the verifier uses its own allowlist, not the agent's: what the
+// agent's proxy refuses, the verifier's visit may reach.
+func TestLesson33_VerifierOwnAllowlist(t *testing.T) {
+	up := okUpstream(t)
+	res := resolverOf("pypi.test", "127.0.0.1", "task.test", "127.0.0.1")
+	agentPolicy, err := ParsePolicy("allowlist", []string{"task.test"}, []string{"127.0.0.0/8"})
+	require.NoError(t, err)
+	verifierPolicy, err := ParsePolicy("allowlist", []string{"pypi.test"}, []string{"127.0.0.0/8"})
+	require.NoError(t, err)
+	agent := startProxy(t, &Proxy{Policy: agentPolicy, Resolver: res})
+	v, visitor := startVisitor(t, res)
+	token, done := v.Open(verifierPolicy)
+	defer done()
+
+	get := func(proxy, auth string) int {
+		resp, _ := roundTrip(t, proxy, "GET http://pypi.test:"+up.port+"/simple/ HTTP/1.1\r\n"+auth+"\r\n", "GET")
+		return resp.StatusCode
+	}
+	assert.Equal(t, 403, get(agent, ""), "the agent may not")
+	assert.Equal(t, 200, get(visitor, basic(token)), "the verifier may")
+}
+
+// Lesson 45: a no-network visit gets no proxy variables and the visitor
+// port reaches nothing for it, not even with its token.
+func TestLesson45_NoNetworkVisitReachesNothing(t *testing.T) {
+	v := &Visitor{Proxy: Proxy{Resolver: resolverOf("up.test", "127.0.0.1"), Log: quietLog, Dial: noDial(t)}}
+	addr := serveOn(t, v.Serve)
+	token, done := v.Open(Policy{Mode: NoNetwork})
+	defer done()
+	assert.Nil(t, ProxyEnv("", nil))
+	for _, raw := range []string{
+		"GET http://up.test/ HTTP/1.1\r\n" + basic(token) + "\r\n",
+		"CONNECT up.test:443 HTTP/1.1\r\n" + basic(token) + "\r\n",
+		"GET http://127.0.0.1/ HTTP/1.1\r\n" + basic(token) + "\r\n",
+	} {
+		resp, _ := roundTrip(t, addr, raw, "GET")
+		assert.Equal(t, 403, resp.StatusCode, raw)
+	}
+}
