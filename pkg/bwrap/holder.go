@@ -50,7 +50,7 @@ type Holder struct {
 	stderr     *tailBuffer
 	stderrDone chan struct{}
 	done       chan struct{}
-	err    error
+	err        error
 }
 
 // ErrDied means bwrap exited before the sandbox was ready; the error text

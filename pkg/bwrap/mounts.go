@@ -117,6 +117,9 @@ func (p *mountPlan) hide(a *Args) error {
 		if !filepath.IsAbs(h) {
 			return fmt.Errorf("hide %q: path must be absolute", h)
 		}
+		if _, err := os.Lstat(p.path(h)); err != nil {
+			continue // nothing there, nothing to hide
+		}
 		parent := filepath.Dir(h)
 		if parent == "/" {
 			return fmt.Errorf("hide %s: a hidden directory directly under / cannot be made absent; put it one level deeper (for example /media/%s)", h, filepath.Base(h))

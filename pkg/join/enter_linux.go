@@ -96,7 +96,11 @@ func enter(_ []string) int {
 	if err := unix.Chdir(s.Dir); err != nil {
 		return fail(ExitSetup, "cannot use working directory %s: %v; create it or choose another with -w", s.Dir, err)
 	}
-	path, code, err := lookPath(s.Argv[0], s.Env)
+	name := s.Argv[0]
+	if s.Path != "" {
+		name = s.Path
+	}
+	path, code, err := lookPath(name, s.Env)
 	if err != nil {
 		return fail(code, "%v", err)
 	}
@@ -104,7 +108,7 @@ func enter(_ []string) int {
 	err = unix.Exec(path, s.Argv, s.Env)
 	// The status pipe is gone (close-on-exec did not fire since exec failed,
 	// but the reader has stopped reading): report like env(1) does.
-	fmt.Fprintf(os.Stderr, "%s: %v\n", s.Argv[0], err)
+	fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 	if err == unix.ENOENT {
 		return ExitNotFound
 	}

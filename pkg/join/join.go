@@ -54,7 +54,10 @@ type Spec struct {
 	User idmap.User
 	Env  []string // the exact environment of the command
 	Dir  string   // working directory, resolved inside the sandbox
-	Argv []string // argv[0] is looked up in the PATH of Env
+	Argv []string // argv[0] is looked up in the PATH of Env, unless Path is set
+	// Path, when set, is the program to execute, and Argv[0] only the name it
+	// is given: a login shell is /bin/bash started as "-bash".
+	Path string
 	// TTY says that stdin, stdout and stderr are one terminal, which becomes
 	// the session's controlling terminal in a session of its own.
 	TTY bool
@@ -97,6 +100,7 @@ type enterSpec struct {
 	Env    []string `json:"env"`
 	Dir    string   `json:"dir"`
 	Argv   []string `json:"argv"`
+	Path   string   `json:"path,omitempty"`
 	TTY    bool     `json:"tty"`
 	Caps   []string `json:"caps"`
 }
@@ -147,7 +151,7 @@ func (t Target) Command(s Spec) (*Starter, error) {
 	}
 	spec, err := json.Marshal(enterSpec{
 		UID: s.User.UID, GID: s.User.GID, Groups: s.User.Groups,
-		Env: s.Env, Dir: dir, Argv: s.Argv, TTY: s.TTY, Caps: caps,
+		Env: s.Env, Dir: dir, Argv: s.Argv, Path: s.Path, TTY: s.TTY, Caps: caps,
 	})
 	if err != nil {
 		return nil, err

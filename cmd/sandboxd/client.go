@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sandboxd/sandboxd/internal/control"
+)
+
+func runExec(ctx context.Context, args []string) int {
+	fs := flags("exec", "[-u USER] [-w DIR] [-e K=V]... [-t] [-i] [--timeout DUR] -- ARGV...")
+	harness := harnessDirFlag(fs)
+	user := fs.String("u", "", "user[:group] to run as (default: the agent user)")
+	dir := fs.String("w", "", "working directory inside the sandbox (default: the workdir)")
+	var env listFlag
+	fs.Var(&env, "e", "set an environment variable NAME=VALUE (repeatable)")
+	tty := fs.Bool("t", false, "allocate a terminal")
+	stdin := fs.Bool("i", false, "forward stdin")
+	timeout := fs.String("timeout", "", "kill the command's whole tree after this long (exit 124)")
+	if ok, code := parse(fs, args); !ok {
+		return code
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		return fail("exec: no command given: write `sandboxd exec [FLAGS] -- COMMAND [ARG...]`")
+	}
+	req := control.Request{Argv: argv, User: *user, Dir: *dir, Env: env, TTY: *tty, Stdin: *stdin, Timeout: *timeout}
+	streams := control.Streams{Stdout: os.Stdout, Stderr: os.Stderr}
+	if *stdin {
+		streams.Stdin = os.Stdin
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(sigs)
+	names := make(chan string, 4)
+	go func() {
+		for s := range sigs {
+			switch s {
+			case syscall.SIGHUP:
+				names <- "HUP"
+			case syscall.SIGUSR1:
+				names <- "USR1"
+			case syscall.SIGUSR2:
+				names <- "USR2"
+			}
+		}
+	}()
+	streams.Signal = names
+	exit, err := control.Client{HarnessDir: *harness}.Exec(ctx, req, streams)
+	if err != nil {
+		var f *control.Failure
+		if errors.As(err, &f) {
+			fmt.Fprintf(os.Stderr, "sandboxd: exec: %s\n", f.Message)
+			return f.Code
+		}
+		return fail("exec: %v", err)
+	}
+	if exit.TimedOut {
+		fmt.Fprintf(os.Stderr, "sandboxd: exec: timed out after %s; the command's whole tree was killed\n", *timeout)
+		return exitTimeout
+	}
+	return exit.Code
+}
+
+func runStatus(ctx context.Context, args []string) int {
+	fs := flags("status", "[--harness-dir DIR]")
+	harness := harnessDirFlag(fs)
+	if ok, code := parse(fs, args); !ok {
+		return code
+	}
+	var raw json.RawMessage
+	if err := (control.Client{HarnessDir: *harness}).Call(ctx, control.Request{Op: "status"}, &raw); err != nil {
+		return fail("status: %v", err)
+	}
+	return printJSON(os.Stdout, raw)
+}
+
+func runStop(ctx context.Context, args []string) int {
+	fs := flags("stop", "[--harness-dir DIR]")
+	harness := harnessDirFlag(fs)
+	if ok, code := parse(fs, args); !ok {
+		return code
+	}
+	if err := (control.Client{HarnessDir: *harness}).Call(ctx, control.Request{Op: "stop"}, nil); err != nil {
+		return fail("stop: %v", err)
+	}
+	fmt.Fprintln(os.Stderr, "sandboxd: stopping")
+	return 0
+}
+
+func printJSON(w io.Writer, raw json.RawMessage) int {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return fail("decode reply: %v", err)
+	}
+	b, _ := json.MarshalIndent(v, "", "  ")
+	fmt.Fprintln(w, string(b))
+	return 0
+}

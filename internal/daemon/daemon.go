@@ -1,0 +1,337 @@
+// Package daemon is `sandboxd serve`: it owns the holder, the control socket,
+// the sessions and the phases of one rollout, and stops them all together.
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/cleanup"
+	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/pkg/bwrap"
+	"github.com/sandboxd/sandboxd/pkg/idmap"
+	"github.com/sandboxd/sandboxd/pkg/join"
+)
+
+// Version is sandboxd's release, set at build time.
+var Version = "dev"
+
+// DefaultHarnessDir is where sandboxd keeps its own state inside an image.
+const DefaultHarnessDir = "/media/sandboxd"
+
+// Config is everything `serve` is told.
+type Config struct {
+	HarnessDir    string
+	Workdir       string   // "" means the image's workdir, else /
+	AgentUser     string   // Docker-style user[:group]; "" is root
+	AllowDegraded bool     // accept a sandbox weaker than declared, and say so everywhere
+	HostMode      bool     // no container around us: mask the host's sockets too
+	Bwrap         string   // bwrap binary; "" is bwrap on PATH
+	ImageEnv      []string // the image's ENV; PATH defaults to Docker's
+	AgentEnv      []string // the task's environment.env + agent.env
+	Hide          []string // more paths absent from the sandbox (trial: the task dir)
+	Devices       []string // devices to bind through when present
+	Log           *slog.Logger
+}
+
+// Daemon is a running `serve`.
+type Daemon struct {
+	cfg    Config
+	log    *slog.Logger
+	holder *bwrap.Holder
+	target join.Target
+	agent  idmap.User
+
+	started  time.Time
+	stop     context.CancelFunc
+	lockFile *os.File
+	warnings []string
+
+	mu       sync.Mutex
+	sessions map[int]*session
+	nextID   int
+}
+
+type session struct {
+	ID      int       `json:"id"`
+	Argv    []string  `json:"argv"`
+	User    uint32    `json:"uid"`
+	PID     int       `json:"pid"`
+	TTY     bool      `json:"tty"`
+	Started time.Time `json:"started"`
+	Via     string    `json:"via"`
+}
+
+// Status is what `sandboxd status` prints.
+type Status struct {
+	Version      string     `json:"version"`
+	Phase        string     `json:"phase"`
+	HarnessDir   string     `json:"harness_dir"`
+	Workdir      string     `json:"workdir"`
+	AgentUser    userStatus `json:"agent_user"`
+	Sandbox      sandboxSt  `json:"sandbox"`
+	Degradations []string   `json:"degradations"`
+	Sessions     []session  `json:"sessions"`
+	Uptime       float64    `json:"uptime_sec"`
+}
+
+type userStatus struct {
+	Name string `json:"name,omitempty"`
+	UID  uint32 `json:"uid"`
+	GID  uint32 `json:"gid"`
+}
+
+type sandboxSt struct {
+	PID        int      `json:"pid"`
+	Bwrap      string   `json:"bwrap"`
+	BwrapPath  string   `json:"bwrap_path"`
+	IDMap      string   `json:"id_map"`
+	Namespaces []string `json:"namespaces"`
+}
+
+// ErrLocked means another serve owns the harness dir.
+var ErrLocked = errors.New("another sandboxd serve owns this harness dir")
+
+// Run builds the sandbox, serves until ctx ends or a stop request comes, and
+// tears everything down. It fails closed: if the sandbox cannot be built as
+// declared, or the holder dies, it returns an error.
+func Run(ctx context.Context, cfg Config) error {
+	d, err := start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return d.serve(ctx)
+}
+
+func start(ctx context.Context, cfg Config) (*Daemon, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	if cfg.HarnessDir == "" {
+		cfg.HarnessDir = DefaultHarnessDir
+	}
+	if cfg.Workdir == "" {
+		cfg.Workdir = "/"
+	}
+	cfg.HarnessDir = filepath.Clean(cfg.HarnessDir)
+	d := &Daemon{cfg: cfg, log: cfg.Log, sessions: map[int]*session{}, started: time.Now()}
+
+	agent, err := idmap.Lookup("/", cfg.AgentUser)
+	if err != nil {
+		return nil, fmt.Errorf("agent user: %w", err)
+	}
+	d.agent = agent
+
+	runDir := filepath.Join(cfg.HarnessDir, "run")
+	if err := prepareHarnessDir(cfg.HarnessDir); err != nil {
+		return nil, err
+	}
+	lock, err := lockHarness(runDir)
+	if err != nil {
+		return nil, err
+	}
+	cu := cleanup.Make(func() { lock.Close() })
+	defer cu.Clean()
+	// A crashed earlier run may have left its socket (lesson 48); the lock
+	// says it is gone.
+	os.Remove(control.Socket(cfg.HarnessDir))
+
+	// /logs/verifier is masked by an empty tmpfs; create the mount point in
+	// the substrate so bwrap does not have to write into the shared tree.
+	if err := os.MkdirAll("/logs/verifier", 0o755); err != nil {
+		return nil, fmt.Errorf("create /logs/verifier: %w", err)
+	}
+	mask := []string{"/logs/verifier"}
+	var warnings []string
+	if _, err := os.Stat("/tests"); err == nil {
+		// Under Harbor /tests appears only when grading starts. An image that
+		// carries its own /tests cannot have it made absent (it sits at the
+		// root): it is masked, and that is said.
+		mask = append(mask, "/tests")
+		warnings = append(warnings, "the image has a /tests directory: it is masked by an empty directory, not absent")
+	}
+	holder, err := bwrap.Start(ctx, bwrap.Config{
+		Bwrap:         cfg.Bwrap,
+		Workdir:       cfg.Workdir,
+		Hide:          append([]string{cfg.HarnessDir}, cfg.Hide...),
+		Mask:          mask,
+		Devices:       cfg.Devices,
+		HostMode:      cfg.HostMode,
+		AllowDegraded: cfg.AllowDegraded,
+		Log:           cfg.Log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build the sandbox: %w", err)
+	}
+	cu.Add(holder.Kill)
+	d.holder = holder
+	d.warnings = warnings
+	d.target = join.Target{PID: holder.PID, Namespaces: holder.Namespaces}
+	cu.Release()
+	d.lockFile = lock
+	return d, nil
+}
+
+func (d *Daemon) serve(ctx context.Context) error {
+	defer d.lockFile.Close()
+	defer d.holder.Kill()
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	d.stop = stop
+
+	// The control socket exists only while the sandbox is ready.
+	sock := control.Socket(d.cfg.HarnessDir)
+	ln, err := listenUnix(sock)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(sock)
+	defer ln.Close()
+	go func() { <-ctx.Done(); ln.Close() }()
+
+	var holderDied error
+	go func() {
+		select {
+		case <-d.holder.Done():
+			holderDied = fmt.Errorf("the sandbox's holder (pid %d) died: every agent process is gone; serve stops rather than build a new sandbox silently", d.holder.PID)
+			d.log.Error("sandbox lost", "pid", d.holder.PID, "bwrap_stderr", d.holder.Stderr())
+			stop()
+		case <-ctx.Done():
+		}
+	}()
+
+	d.log.Info("serving", "control", sock, "sandbox_pid", d.holder.PID, "workdir", d.cfg.Workdir, "agent_uid", d.agent.UID)
+	var wg sync.WaitGroup
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.handle(ctx, c)
+		}()
+	}
+	stop()
+	d.holder.Kill()
+	wg.Wait()
+	if holderDied != nil {
+		return holderDied
+	}
+	d.log.Info("stopped")
+	return nil
+}
+
+func listenUnix(path string) (net.Listener, error) {
+	old := unix.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	unix.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen on control socket %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+// prepareHarnessDir creates the harness dir's skeleton, marked so that every
+// sandbox on this machine hides it.
+func prepareHarnessDir(dir string) error {
+	if filepath.Dir(dir) == "/" {
+		return fmt.Errorf("harness dir %s is directly under /, where it cannot be hidden: use a path one level deeper, such as /media/sandboxd", dir)
+	}
+	for _, sub := range []string{"", "run"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			return fmt.Errorf("create harness dir: %w", err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(dir, "run"), 0o700); err != nil {
+		return err
+	}
+	marker := filepath.Join(dir, bwrap.HarnessMarker)
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		return fmt.Errorf("mark harness dir: %w", err)
+	}
+	return nil
+}
+
+// lockHarness keeps a second serve off the same harness dir. The kernel
+// drops the lock when its owner dies, so a crash never blocks the next start.
+func lockHarness(runDir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(runDir, "serve.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w (%s): stop it with `sandboxd stop`, or give this one another --harness-dir", ErrLocked, runDir)
+	}
+	f.Truncate(0)
+	fmt.Fprintf(f, "%d\n", os.Getpid())
+	return f, nil
+}
+
+func (d *Daemon) handle(ctx context.Context, c net.Conn) {
+	defer c.Close()
+	conn := control.NewConn(c)
+	kind, payload, err := conn.Read()
+	if err != nil || kind != control.KindJSON {
+		return
+	}
+	var req control.Request
+	if err := json.Unmarshal(payload, &req); err != nil {
+		conn.WriteJSON(control.KindError, control.Failure{Code: 125, Message: "bad request: " + err.Error()})
+		return
+	}
+	switch req.Op {
+	case "status":
+		conn.WriteJSON(control.KindJSON, d.Status())
+	case "stop":
+		conn.WriteJSON(control.KindJSON, map[string]string{"status": "stopping"})
+		d.stop()
+	case "exec":
+		d.exec(ctx, conn, c, req)
+	default:
+		conn.WriteJSON(control.KindError, control.Failure{Code: 125, Message: fmt.Sprintf("unknown operation %q: this sandboxd (%s) knows exec, status, stop", req.Op, Version)})
+	}
+}
+
+// Status reports the daemon's state.
+func (d *Daemon) Status() Status {
+	d.mu.Lock()
+	sessions := make([]session, 0, len(d.sessions))
+	for _, s := range d.sessions {
+		sessions = append(sessions, *s)
+	}
+	d.mu.Unlock()
+	sort.Slice(sessions, func(i, j int) bool { return sessions[i].ID < sessions[j].ID })
+	deg := append(append([]string{}, d.holder.Degradations...), d.warnings...)
+	return Status{
+		Version:    Version,
+		Phase:      "agent",
+		HarnessDir: d.cfg.HarnessDir,
+		Workdir:    d.cfg.Workdir,
+		AgentUser:  userStatus{Name: d.agent.Name, UID: d.agent.UID, GID: d.agent.GID},
+		Sandbox: sandboxSt{
+			PID: d.holder.PID, Bwrap: d.holder.Version.String(), BwrapPath: d.holder.Bwrap,
+			IDMap: d.holder.MapMode, Namespaces: d.holder.Namespaces,
+		},
+		Degradations: deg,
+		Sessions:     sessions,
+		Uptime:       time.Since(d.started).Seconds(),
+	}
+}

@@ -1,0 +1,97 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// zombieGrace is how long a zombie child must stay unreaped before the
+// reaper takes it. Every process sandboxd starts has a goroutine blocked in
+// wait for exactly that pid, which reaps it at once; only orphans re-parented
+// to us stay zombies. Taking those after a grace period, never sooner, is what
+// keeps the reaper from stealing a session's exit status (lesson 24).
+const zombieGrace = time.Second
+
+// ReapOrphans makes sandboxd a good container PID 1: orphans re-parented to
+// it are reaped. When sandboxd is not PID 1 it does nothing. The returned
+// function stops it.
+func ReapOrphans(ctx context.Context, log *slog.Logger) (stop func()) {
+	if os.Getpid() != 1 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer signal.Stop(chld)
+		seen := map[int]time.Time{}
+		tick := time.NewTicker(zombieGrace)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-chld:
+			case <-tick.C:
+			}
+			now := time.Now()
+			current := map[int]time.Time{}
+			for _, pid := range zombieChildren() {
+				first, ok := seen[pid]
+				if !ok {
+					first = now
+				}
+				if now.Sub(first) >= zombieGrace {
+					var ws unix.WaitStatus
+					if _, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil); err == nil {
+						log.Debug("reaped orphan", "pid", pid, "status", ws.ExitStatus())
+					}
+					continue
+				}
+				current[pid] = first
+			}
+			seen = current
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// zombieChildren lists our children that have exited and not been waited for.
+func zombieChildren() []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	me := strconv.Itoa(os.Getpid())
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := bytes.Fields(b[i+1:])
+		if len(f) > 1 && string(f[0]) == "Z" && string(f[1]) == me {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
