@@ -66,8 +66,12 @@ func enter(_ []string) int {
 		if err := unix.IoctlSetPointerInt(0, unix.TIOCSPGRP, unix.Getpid()); err != nil {
 			return fail(ExitSetup, "make the session the terminal's foreground group: %v", err)
 		}
-	} else if err := unix.Setpgid(0, 0); err != nil {
-		return fail(ExitSetup, "setpgid: %v", err)
+	} else if unix.Getpgrp() != unix.Getpid() {
+		// Its own process group, so that signals and kills reach the whole
+		// command and nothing of ours (already so when it leads a session).
+		if err := unix.Setpgid(0, 0); err != nil {
+			return fail(ExitSetup, "setpgid: %v", err)
+		}
 	}
 	if err := forbidUserNamespaces(); err != nil {
 		return fail(ExitSetup, "forbid nested user namespaces: %v", err)

@@ -32,6 +32,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -130,16 +131,30 @@ func self() (*os.File, error) {
 // Command prepares the nsenter process for spec. The caller sets Stdin,
 // Stdout and Stderr and calls Start on the result.
 func (t Target) Command(s Spec) (*Starter, error) {
+	nsenter, err := exec.LookPath("nsenter")
+	if err != nil {
+		return nil, fmt.Errorf("nsenter not found: install util-linux")
+	}
+	argv := append([]string{"--target", strconv.Itoa(t.PID)}, t.Namespaces...)
+	argv = append(argv, "--", "/proc/self/fd/3")
+	return enterCommand(nsenter, argv, s)
+}
+
+// Here prepares spec to run in the caller's own namespaces, through the same
+// enter step as a session: the visitor launcher uses it once it has built its
+// own mount namespace, so that the verifier drops its privileges exactly as
+// sessions do.
+func Here(s Spec) (*Starter, error) {
+	return enterCommand("/proc/self/fd/3", nil, s)
+}
+
+func enterCommand(path string, args []string, s Spec) (*Starter, error) {
 	if len(s.Argv) == 0 {
 		return nil, &SetupError{Code: ExitSetup, Msg: "no command given: name the program to run"}
 	}
 	exe, err := self()
 	if err != nil {
 		return nil, fmt.Errorf("open own executable: %w", err)
-	}
-	nsenter, err := exec.LookPath("nsenter")
-	if err != nil {
-		return nil, fmt.Errorf("nsenter not found: install util-linux")
 	}
 	caps := s.Caps
 	if caps == nil {
@@ -151,7 +166,7 @@ func (t Target) Command(s Spec) (*Starter, error) {
 	}
 	spec, err := json.Marshal(enterSpec{
 		UID: s.User.UID, GID: s.User.GID, Groups: s.User.Groups,
-		Env: s.Env, Dir: dir, Argv: s.Argv, Path: s.Path, TTY: s.TTY, Caps: caps,
+		Env: s.Env, Dir: dir, Argv: s.Argv, TTY: s.TTY, Caps: caps,
 	})
 	if err != nil {
 		return nil, err
@@ -165,14 +180,12 @@ func (t Target) Command(s Spec) (*Starter, error) {
 		specFile.Close()
 		return nil, fmt.Errorf("status pipe: %w", err)
 	}
-	argv := append([]string{"--target", strconv.Itoa(t.PID)}, t.Namespaces...)
-	argv = append(argv, "--", "/proc/self/fd/3")
-	cmd := exec.Command(nsenter, argv...)
+	cmd := exec.Command(path, args...)
 	cmd.Env = childproc.Environ(roleEnter)
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{exe, specFile, statusW}
-	// nsenter gets a session of its own and no controlling terminal; the
-	// command takes the terminal inside (see enter).
+	// The joined process gets a session of its own and no controlling
+	// terminal; the command takes the terminal inside (see enter).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	return &Starter{Cmd: cmd, spec: specFile, statusR: statusR, statusW: statusW}, nil
 }
@@ -208,7 +221,10 @@ func (s *Starter) Start() (*Process, error) {
 		return nil, &SetupError{Code: ExitSetup, Msg: fmt.Sprintf("could not enter the sandbox (%v): it may have ended; see sandboxd status", err)}
 	}
 	p := &Process{Cmd: s.Cmd}
-	p.PID = childOf(s.Cmd.Process.Pid)
+	p.PID = s.Cmd.Process.Pid
+	if filepath.Base(s.Cmd.Path) == "nsenter" {
+		p.PID = childOf(p.PID) // nsenter forks the process that becomes the command
+	}
 	if p.PID == 0 {
 		// The command already ended and was reaped by nsenter.
 		p.PID = -1
