@@ -375,6 +375,9 @@ func (r *request) parseAuthority(authority, defPort string) error {
 	if port == "" {
 		return badRequest("request target %q has no port", authority)
 	}
+	if strings.Contains(host, ":") && !strings.HasPrefix(host, "[") {
+		return badRequest("request target %q: an IPv6 address needs brackets", authority)
+	}
 	n, err := strconv.ParseUint(port, 10, 16)
 	if err != nil || n == 0 || strings.TrimLeft(port, "0123456789") != "" {
 		return badRequest("request target %q has an invalid port", authority)

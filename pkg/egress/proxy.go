@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -278,25 +279,28 @@ func (r *refusal) Unwrap() error { return r.err }
 // is the one it checked: no second resolution happens anywhere.
 func (s *Proxy) connect(ctx context.Context, pol Policy, host string, port uint16) (net.Conn, netip.AddrPort, error) {
 	if !pol.AllowsHost(host) {
-		return nil, netip.AddrPort{}, &refusal{403, "blocked-by-allowlist",
-			fmt.Sprintf("%s is not on this sandbox's allowlist", host), fmt.Errorf("connect %s: %w", host, ErrBlockedHost)}
+		return nil, netip.AddrPort{}, &refusal{status: 403, tag: "blocked-by-allowlist",
+			msg: fmt.Sprintf("%s is not on this sandbox's allowlist", host), err: fmt.Errorf("connect %s: %w", host, ErrBlockedHost)}
 	}
 	addrs, err := s.resolve(ctx, host)
 	if err != nil {
-		return nil, netip.AddrPort{}, &refusal{502, "dns-failed", fmt.Sprintf("cannot resolve %s", host), err}
+		return nil, netip.AddrPort{}, &refusal{status: 502, tag: "dns-failed", msg: fmt.Sprintf("cannot resolve %s", host), err: err}
 	}
 	var passed []netip.Addr
 	var blocked error
 	for _, a := range addrs {
 		if err := s.checkAddr(pol, a); err != nil {
-			blocked = cmpOr(blocked, err)
+			blocked = cmp.Or(blocked, err)
 			continue
 		}
 		passed = append(passed, a)
 	}
 	if len(passed) == 0 {
-		return nil, netip.AddrPort{}, &refusal{403, "blocked-by-address",
-			fmt.Sprintf("%s resolves only to addresses that are not reachable from the sandbox", host), fmt.Errorf("connect %s: %w", host, blocked)}
+		msg := fmt.Sprintf("%s resolves only to addresses that are not reachable from the sandbox", host)
+		if len(addrs) == 1 && addrs[0].String() == host {
+			msg = fmt.Sprintf("%s is not reachable from the sandbox", host)
+		}
+		return nil, netip.AddrPort{}, &refusal{status: 403, tag: "blocked-by-address", msg: msg, err: fmt.Errorf("connect %s: %w", host, blocked)}
 	}
 	var last error
 	for _, a := range passed {
@@ -309,14 +313,8 @@ func (s *Proxy) connect(ctx context.Context, pol Policy, host string, port uint1
 		}
 		last = err
 	}
-	return nil, netip.AddrPort{}, &refusal{502, "connect-failed", fmt.Sprintf("cannot connect to %s port %d", host, port), fmt.Errorf("dial %s: %w", host, last)}
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
+	return nil, netip.AddrPort{}, &refusal{status: 502, tag: "connect-failed",
+		msg: fmt.Sprintf("cannot connect to %s port %d", host, port), err: fmt.Errorf("dial %s: %w", host, last)}
 }
 
 // resolve returns host's addresses; an IP literal is its own answer.
@@ -577,7 +575,7 @@ func (x *exchange) run(grantCtx context.Context, reused bool) (keep, retry bool)
 		werr = c.bw.Flush()
 	}
 	if rerr != nil || werr != nil {
-		x.reason = fmt.Sprintf("relay response body: %v", cmpOr(rerr, werr))
+		x.reason = fmt.Sprintf("relay response body: %v", cmp.Or(rerr, werr))
 		x.clientKeep = false
 		return false, false
 	}

@@ -231,6 +231,9 @@ func TestLesson30_ProxyRefusesNonGlobalWithoutDialing(t *testing.T) {
 			assert.Equal(t, 403, resp.StatusCode)
 			assert.Equal(t, "blocked-by-address", resp.Header.Get("X-Proxy-Error"))
 			assert.Contains(t, body, "not reachable from the sandbox")
+			if !strings.Contains(host, "169.254") {
+				assert.NotContains(t, body, "169.254", "the body names the request's host, not its addresses")
+			}
 			resp, _ = roundTrip(t, proxy, "CONNECT "+host+":443 HTTP/1.1\r\n\r\n", "CONNECT")
 			assert.Equal(t, 403, resp.StatusCode)
 			assert.Equal(t, "blocked-by-address", resp.Header.Get("X-Proxy-Error"))
