@@ -166,7 +166,7 @@ func enterCommand(path string, args []string, s Spec) (*Starter, error) {
 	}
 	spec, err := json.Marshal(enterSpec{
 		UID: s.User.UID, GID: s.User.GID, Groups: s.User.Groups,
-		Env: s.Env, Dir: dir, Argv: s.Argv, TTY: s.TTY, Caps: caps,
+		Env: s.Env, Dir: dir, Argv: s.Argv, Path: s.Path, TTY: s.TTY, Caps: caps,
 	})
 	if err != nil {
 		return nil, err
