@@ -590,3 +590,77 @@ func TestIdleClientClosed(t *testing.T) {
 	assert.ErrorIs(t, err, io.EOF)
 	assert.Less(t, time.Since(start), 2*time.Second)
 }
+
+// Lesson 37: the listener exists before anyone serves it, so a client that
+// connects first waits in the backlog and is answered, never refused.
+func TestLesson37_ConnectionBeforeServeIsAnswered(t *testing.T) {
+	up := okUpstream(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err, "the first connection is not refused")
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "GET http://up.test:%s/ HTTP/1.1\r\n\r\n", up.port)
+
+	p := &Proxy{Policy: publicLoopback(), Resolver: resolverOf("up.test", "127.0.0.1"), Log: quietLog}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx, ln) }()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+
+	resp, body, err := readResponseOn(bufio.NewReader(c), "GET")
+	require.NoError(t, err)
+	assert.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, "hello from upstream", body)
+}
+
+// A client that sends Expect: 100-continue gets the upstream's 100 and only
+// then sends its body: the body goes up while the response is awaited.
+func TestExpectContinue(t *testing.T) {
+	up := startRawUpstream(t, func(c net.Conn, br *bufio.Reader) {
+		req, err := http.ReadRequest(br)
+		if err != nil || req.Header.Get("Expect") != "100-continue" {
+			io.WriteString(c, "HTTP/1.1 417 Expectation Failed\r\nContent-Length: 0\r\n\r\n")
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
+		b, _ := io.ReadAll(req.Body)
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
+	})
+	proxy := startProxy(t, &Proxy{Policy: publicLoopback(), Resolver: resolverOf("up.test", "127.0.0.1")})
+	c, err := net.Dial("tcp", proxy)
+	require.NoError(t, err)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "PUT http://up.test:%s/ HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n", up.port)
+	br := bufio.NewReader(c)
+	interim, err := http.ReadResponse(br, &http.Request{Method: "PUT"})
+	require.NoError(t, err)
+	require.Equal(t, 100, interim.StatusCode, "the 100 arrives before the body is sent")
+	io.WriteString(c, "hello")
+	resp, body, err := readResponseOn(br, "PUT")
+	require.NoError(t, err)
+	assert.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, "hello", body)
+}
+
+// An upstream that answers before reading the body (a 413 for an upload too
+// large) has its answer delivered, and the connection then ends.
+func TestEarlyResponseDelivered(t *testing.T) {
+	up := startRawUpstream(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := http.ReadRequest(br); err == nil {
+			io.WriteString(c, "HTTP/1.1 413 Content Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo big\n")
+		}
+	})
+	proxy := startProxy(t, &Proxy{Policy: publicLoopback(), Resolver: resolverOf("up.test", "127.0.0.1")})
+	c, err := net.Dial("tcp", proxy)
+	require.NoError(t, err)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "POST http://up.test:%s/ HTTP/1.1\r\nContent-Length: 100000000\r\n\r\nsome of it", up.port)
+	resp, body, err := readResponseOn(bufio.NewReader(c), "POST")
+	require.NoError(t, err)
+	assert.Equal(t, 413, resp.StatusCode)
+	assert.Equal(t, "too big\n", body)
+}

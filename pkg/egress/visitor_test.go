@@ -48,6 +48,10 @@ func TestLesson34_VisitorPortNeedsToken(t *testing.T) {
 
 	done()
 	assert.Equal(t, 407, get(basic(token)).StatusCode, "visit over")
+
+	// The port stays held between visits: nobody else can listen there.
+	_, err := net.Listen("tcp", addr)
+	assert.Error(t, err, "the visitor port cannot be taken while the daemon holds it")
 }
 
 // A visit that ends takes its open tunnels with it.
