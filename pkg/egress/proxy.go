@@ -436,7 +436,7 @@ func (c *clientConn) forward(ctx context.Context, g grant, req *request) bool {
 	}
 	c.s.Audit.record(event{kind: "close", label: c.s.Label, client: c.client, method: req.method, host: req.host, port: req.port,
 		addr: x.addr, status: x.status, up: x.up, down: x.down, elapsed: time.Since(start), reason: x.reason})
-	return keep && x.clientKeep
+	return x.clientKeep
 }
 
 func (c *clientConn) setUpstream(key string, conn net.Conn, ap netip.AddrPort) {

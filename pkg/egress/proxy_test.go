@@ -509,16 +509,22 @@ func boolInt(b bool) int {
 // upstream connection; an upstream that closed between requests is redialed.
 func TestKeepAliveAndRedial(t *testing.T) {
 	oneShot := startRawUpstream(t, func(c net.Conn, br *bufio.Reader) {
-		if _, _, err := readUpstreamRequest(br); err == nil {
-			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok") // then closes without saying so
+		req, _, err := readUpstreamRequest(br)
+		if err != nil {
+			return
 		}
+		if req.URL.Path == "/1" { // says so, which must not end the client's connection
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok")
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok") // then closes without saying so
 	})
 	proxy := startProxy(t, &Proxy{Policy: publicLoopback(), Resolver: resolverOf("up.test", "127.0.0.1")})
 	c, err := net.Dial("tcp", proxy)
 	require.NoError(t, err)
 	defer c.Close()
 	br := bufio.NewReader(c)
-	for i := range 3 {
+	for i := range 4 {
 		fmt.Fprintf(c, "GET http://up.test:%s/%d HTTP/1.1\r\n\r\n", oneShot.port, i)
 		resp, body, err := readResponseOn(br, "GET")
 		require.NoError(t, err, "request %d", i)
@@ -526,7 +532,7 @@ func TestKeepAliveAndRedial(t *testing.T) {
 		assert.False(t, resp.Close)
 		time.Sleep(20 * time.Millisecond) // let the upstream's close arrive
 	}
-	assert.Equal(t, int32(3), oneShot.conns.Load())
+	assert.Equal(t, int32(4), oneShot.conns.Load())
 }
 
 // Upgrade: websocket is spliced after the 101; other upgrades are not
