@@ -1,0 +1,201 @@
+package ptyrelay
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Size is a terminal's size in characters and, optionally, pixels.
+type Size struct {
+	Cols, Rows       uint32
+	XPixels, YPixels uint32
+}
+
+// Limits on a requested terminal size. 0×0 is accepted (OpenSSH's client
+// sends it for `ssh -tt` when its own stdin is no terminal); a larger size is
+// clamped, since full-screen programs allocate a cell per character and a
+// 100000×100000 terminal would make tmux or vim allocate gigabytes.
+const (
+	MaxCols   = 4096
+	MaxRows   = 2048
+	maxPixels = 65535
+)
+
+// Clamp bounds s to what a terminal here may be.
+func (s Size) Clamp() Size {
+	s.Cols = min(s.Cols, MaxCols)
+	s.Rows = min(s.Rows, MaxRows)
+	s.XPixels = min(s.XPixels, maxPixels)
+	s.YPixels = min(s.YPixels, maxPixels)
+	return s
+}
+
+func (s Size) winsize() *unix.Winsize {
+	c := s.Clamp()
+	return &unix.Winsize{Row: uint16(c.Rows), Col: uint16(c.Cols), Xpixel: uint16(c.XPixels), Ypixel: uint16(c.YPixels)}
+}
+
+// pty is a pseudo-terminal of the sandbox's own devpts instance.
+type pty struct {
+	master *os.File // ours: nonblocking, served by the runtime poller
+	slave  *os.File // the session's stdin, stdout and stderr; closed once it started
+	name   string   // /dev/pts/N as the sandbox sees it
+}
+
+// openPTY allocates a pty from the sandbox's devpts, reached through the
+// holder's root (lesson 57): bwrap's --dev mounts a devpts instance of its
+// own, and a pty of the substrate's instance has no name inside, so `tty`
+// says "not a tty" and sudo refuses to run. The slave is owned by uid with
+// the image's tty group and mode 0620, as sshd leaves it.
+func openPTY(holderPID int, uid, gid uint32) (*pty, error) {
+	rootPath := fmt.Sprintf("/proc/%d/root", holderPID)
+	root, err := unix.Open(rootPath, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open the sandbox's root %s: %w", rootPath, err)
+	}
+	defer unix.Close(root)
+	const ptmx = "/dev/pts/ptmx"
+	mfd, err := openInRoot(root, ptmx, unix.O_RDWR|unix.O_NOCTTY)
+	if err != nil {
+		return nil, fmt.Errorf("open the sandbox's %s (through %s): %w", ptmx, rootPath, err)
+	}
+	fail := func(err error) (*pty, error) {
+		unix.Close(mfd)
+		return nil, err
+	}
+	if err := unix.IoctlSetPointerInt(mfd, unix.TIOCSPTLCK, 0); err != nil {
+		return fail(fmt.Errorf("unlock pty from %s: %w", ptmx, err))
+	}
+	n, err := unix.IoctlGetUint32(mfd, unix.TIOCGPTN)
+	if err != nil {
+		return fail(fmt.Errorf("get pty number from %s: %w", ptmx, err))
+	}
+	name := "/dev/pts/" + strconv.Itoa(int(n))
+	// TIOCGPTPEER opens the slave relative to the master's own devpts mount,
+	// so it cannot be raced by a path swapped inside the sandbox; kernels
+	// older than 4.13 lack it, and then the path through the holder's root is
+	// the only way.
+	r, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(mfd), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
+	sfd := int(r)
+	if errno != 0 {
+		sfd, err = openInRoot(root, name, unix.O_RDWR|unix.O_NOCTTY)
+		if err != nil {
+			return fail(fmt.Errorf("open pty slave %s of the sandbox: %w", name, err))
+		}
+	}
+	if err := unix.Fchown(sfd, int(uid), int(ttyGroup(root, gid))); err != nil {
+		unix.Close(sfd)
+		return fail(fmt.Errorf("give pty %s to uid %d: %w", name, uid, err))
+	}
+	if err := unix.Fchmod(sfd, 0o620); err != nil {
+		unix.Close(sfd)
+		return fail(fmt.Errorf("chmod pty %s: %w", name, err))
+	}
+	// The master is served by the poller, so that a read can be ended by a
+	// deadline or by Close instead of pinning a thread.
+	if err := unix.SetNonblock(mfd, true); err != nil {
+		unix.Close(sfd)
+		return fail(fmt.Errorf("make pty master nonblocking: %w", err))
+	}
+	return &pty{
+		master: os.NewFile(uintptr(mfd), "ptmx"),
+		slave:  os.NewFile(uintptr(sfd), name),
+		name:   name,
+	}, nil
+}
+
+// openInRoot opens path as the sandbox resolves it: symlinks the agent
+// planted resolve inside the sandbox's root, never in the substrate's.
+func openInRoot(root int, path string, flags int) (int, error) {
+	return unix.Openat2(root, path, &unix.OpenHow{
+		Flags:   uint64(flags | unix.O_CLOEXEC),
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+}
+
+// ttyGroup is the gid of the group "tty" in the image's group file, else
+// fallback (the user's own group), as for a system without that group.
+func ttyGroup(root int, fallback uint32) uint32 {
+	fd, err := openInRoot(root, "/etc/group", unix.O_RDONLY)
+	if err != nil {
+		return fallback
+	}
+	f := os.NewFile(uintptr(fd), "/etc/group")
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		parts := strings.Split(sc.Text(), ":")
+		if len(parts) >= 3 && parts[0] == "tty" {
+			if gid, err := strconv.ParseUint(parts[2], 10, 32); err == nil {
+				return uint32(gid)
+			}
+		}
+	}
+	return fallback
+}
+
+// setTermios applies the client's terminal modes to the slave.
+func setTermios(slave *os.File, modes []byte) error {
+	if len(modes) == 0 {
+		return nil
+	}
+	fd := int(slave.Fd())
+	t, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err != nil {
+		return fmt.Errorf("read terminal modes of %s: %w", slave.Name(), err)
+	}
+	ApplyModes(t, modes)
+	if err := unix.IoctlSetTermios(fd, unix.TCSETS, t); err != nil {
+		return fmt.Errorf("set terminal modes of %s: %w", slave.Name(), err)
+	}
+	return nil
+}
+
+// setSize sets the window size through the master. The kernel sends SIGWINCH
+// to the terminal's foreground group; nothing touches the input queue, so a
+// resize never disturbs typing (lesson 21).
+func setSize(master *os.File, s Size) error {
+	rc, err := master.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ioErr error
+	if err := rc.Control(func(fd uintptr) {
+		ioErr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, s.winsize())
+	}); err != nil {
+		return err
+	}
+	if ioErr != nil {
+		return fmt.Errorf("set window size %dx%d: %w", s.Cols, s.Rows, ioErr)
+	}
+	return nil
+}
+
+// sendBreak asks the line discipline for a break, as sshd does for the SSH
+// "break" request; a pty has no line to break, so this is mostly a no-op that
+// succeeds.
+func sendBreak(master *os.File) error {
+	rc, err := master.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ioErr error
+	if err := rc.Control(func(fd uintptr) {
+		ioErr = unix.IoctlSetInt(int(fd), unix.TCSBRK, 0)
+	}); err != nil {
+		return err
+	}
+	return ioErr
+}
+
+// isPTYEOF reports whether a read error from the master means that every
+// slave descriptor is closed: Linux answers EIO, not EOF.
+func isPTYEOF(err error) bool {
+	return errors.Is(err, unix.EIO)
+}
