@@ -24,10 +24,11 @@ type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
 // Defaults for the zero fields of Proxy.
 const (
-	DefaultMaxConns    = 512
-	DefaultIdleTimeout = 2 * time.Minute
-	DefaultDialTimeout = 10 * time.Second
-	DefaultDNSTimeout  = 5 * time.Second
+	DefaultMaxConns      = 512
+	DefaultHeaderTimeout = 30 * time.Second
+	DefaultIdleTimeout   = 2 * time.Minute
+	DefaultDialTimeout   = 10 * time.Second
+	DefaultDNSTimeout    = 5 * time.Second
 )
 
 // Proxy is an HTTP/1.1 forward proxy with CONNECT that lets a sandbox reach
@@ -46,9 +47,13 @@ type Proxy struct {
 	Audit    *Audit   // nil: no audit records
 	Log      *slog.Logger
 	Label    string // names this proxy in audit records and logs ("agent", "verifier")
-	// MaxConns bounds concurrent client connections, tunnels included.
-	MaxConns                             int
-	IdleTimeout, DialTimeout, DNSTimeout time.Duration
+	// MaxConns bounds concurrent client connections, tunnels included;
+	// connections not yet granted anything are evicted oldest first to
+	// make room.
+	MaxConns int
+	// HeaderTimeout bounds the wait for a connection's first request head;
+	// IdleTimeout ends connections and tunnels that move no byte.
+	HeaderTimeout, IdleTimeout, DialTimeout, DNSTimeout time.Duration
 
 	// grant, if set, replaces Policy and Token: the Visitor's per-visit
 	// policies.
@@ -72,7 +77,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("serve egress proxy on %s: policy is %s, so nothing may listen there", ln.Addr(), NoNetwork)
 	}
 	s := p.withDefaults()
-	sem := make(chan struct{}, s.MaxConns)
+	gate := &gate{max: s.MaxConns}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
@@ -87,21 +92,18 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 			}
 			return fmt.Errorf("accept on egress proxy %s: %w", ln.Addr(), err)
 		}
-		select {
-		case sem <- struct{}{}:
-		default:
+		t, ok := gate.enter(c)
+		if !ok {
 			s.Log.Warn("egress: connection limit reached", "proxy", s.Label, "client", c.RemoteAddr(), "limit", s.MaxConns)
 			c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 			writeRefusal(bufio.NewWriterSize(c, 512), 503, "too-many-connections", "too many connections through the proxy; retry later")
 			c.Close()
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			s.serveConn(ctx, c)
-		}()
+		wg.Go(func() {
+			defer t.leave()
+			s.serveConn(ctx, c, t)
+		})
 	}
 }
 
@@ -139,6 +141,9 @@ func (p *Proxy) withDefaults() *Proxy {
 	}
 	if s.MaxConns <= 0 {
 		s.MaxConns = DefaultMaxConns
+	}
+	if s.HeaderTimeout <= 0 {
+		s.HeaderTimeout = DefaultHeaderTimeout
 	}
 	if s.IdleTimeout <= 0 {
 		s.IdleTimeout = DefaultIdleTimeout
@@ -179,7 +184,10 @@ type upstream struct {
 
 func (u *upstream) Close() error { return u.raw.Close() }
 
-func (s *Proxy) serveConn(ctx context.Context, raw net.Conn) {
+// serveConn answers the requests of one client connection. Until a request
+// has been granted, the connection must deliver a complete head within
+// HeaderTimeout and may be evicted by the gate.
+func (s *Proxy) serveConn(ctx context.Context, raw net.Conn, t *ticket) {
 	c := &clientConn{s: s, raw: raw, act: newActivity(), client: raw.RemoteAddr().String()}
 	stop := context.AfterFunc(ctx, func() { raw.Close() })
 	defer stop()
@@ -188,8 +196,15 @@ func (s *Proxy) serveConn(ctx context.Context, raw net.Conn) {
 	conn := &idleConn{Conn: raw, idle: s.IdleTimeout, act: c.act}
 	c.br = bufio.NewReaderSize(conn, readBufSize)
 	c.bw = bufio.NewWriterSize(conn, readBufSize)
-	for {
+	for first := true; ; first = false {
+		var expire *time.Timer
+		if first {
+			expire = time.AfterFunc(s.HeaderTimeout, func() { raw.Close() })
+		}
 		req, err := readRequest(c.br)
+		if expire != nil && !expire.Stop() {
+			return // too slow: the connection is closed already
+		}
 		if err != nil {
 			var pe *protoError
 			if errors.As(err, &pe) {
@@ -204,6 +219,7 @@ func (s *Proxy) serveConn(ctx context.Context, raw net.Conn) {
 			writeRefusal(c.bw, 407, "auth-required", "this proxy needs a valid token in Proxy-Authorization")
 			return
 		}
+		t.granted()
 		if req.method == "CONNECT" {
 			c.tunnel(ctx, g, req)
 			return

@@ -572,16 +572,73 @@ func TestWebSocketUpgradeSpliced(t *testing.T) {
 	assert.Equal(t, "frame-bytes", string(echo))
 }
 
-// MaxConns bounds concurrent connections; the one over the bound is told so.
+// MaxConns bounds concurrent connections: granted ones are never evicted
+// and the one over the bound is told so, while a connection that has not
+// been granted anything yet makes room for a newer one.
 func TestConnectionLimit(t *testing.T) {
-	proxy := startProxy(t, &Proxy{Policy: publicLoopback(), Resolver: resolverOf(), MaxConns: 1})
-	first, err := net.Dial("tcp", proxy)
+	up := startRawUpstream(t, func(c net.Conn, br *bufio.Reader) { io.Copy(io.Discard, br) })
+	proxy := startProxy(t, &Proxy{Policy: publicLoopback(), Resolver: resolverOf("up.test", "127.0.0.1"), MaxConns: 1})
+
+	idle, err := net.Dial("tcp", proxy)
 	require.NoError(t, err)
-	defer first.Close()
-	time.Sleep(50 * time.Millisecond) // let the first one be accepted
-	resp, _ := roundTrip(t, proxy, "GET http://x.test/ HTTP/1.1\r\n\r\n", "GET")
-	assert.Equal(t, 503, resp.StatusCode)
+	defer idle.Close()
+	time.Sleep(50 * time.Millisecond) // let it be admitted
+	tunnel, err := net.Dial("tcp", proxy)
+	require.NoError(t, err)
+	defer tunnel.Close()
+	tunnel.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(tunnel, "CONNECT up.test:%s HTTP/1.1\r\n\r\n", up.port)
+	resp, _, err := readResponseOn(bufio.NewReader(tunnel), "CONNECT")
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode, "the ungranted connection made room")
+	idle.SetDeadline(time.Now().Add(5 * time.Second))
+	_, err = idle.Read(make([]byte, 1))
+	assert.ErrorIs(t, err, io.EOF, "the oldest ungranted connection was evicted")
+
+	resp, _ = roundTrip(t, proxy, "GET http://up.test/ HTTP/1.1\r\n\r\n", "GET")
+	assert.Equal(t, 503, resp.StatusCode, "a granted tunnel is never evicted")
 	assert.Equal(t, "too-many-connections", resp.Header.Get("X-Proxy-Error"))
+}
+
+// Lessons 34 and 43: the agent's background processes are alive while the
+// verifier runs and can open the visitor port, though not use it. A flood of
+// such idle connections must not lock the verifier out.
+func TestIdleFloodCannotLockOutVisitor(t *testing.T) {
+	up := okUpstream(t)
+	v := &Visitor{Proxy: Proxy{Resolver: resolverOf("up.test", "127.0.0.1"), Log: quietLog, MaxConns: 8, Dial: (&dialRecorder{t: t}).dial}}
+	addr := serveOn(t, v.Serve)
+	token, done := v.Open(publicLoopback())
+	defer done()
+	for range 50 {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer c.Close()
+	}
+	time.Sleep(100 * time.Millisecond)
+	resp, body := roundTrip(t, addr, "GET http://up.test:"+up.port+"/ HTTP/1.1\r\n"+basic(token)+"\r\n", "GET")
+	assert.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, "hello from upstream", body)
+}
+
+// A connection must deliver its first request head within HeaderTimeout,
+// however it trickles bytes to look busy.
+func TestHeaderTimeout(t *testing.T) {
+	proxy := startProxy(t, &Proxy{Policy: publicLoopback(), Resolver: resolverOf(), HeaderTimeout: 300 * time.Millisecond})
+	c, err := net.Dial("tcp", proxy)
+	require.NoError(t, err)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	io.WriteString(c, "GET http://up.test/ HTTP/1.1\r\n")
+	for range 20 {
+		if _, err := io.WriteString(c, "X: y\r\n"); err != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, err = c.Read(make([]byte, 1))
+	assert.Error(t, err)
+	assert.Less(t, time.Since(start), 3*time.Second)
 }
 
 // An idle client connection is closed after the idle timeout.
