@@ -666,7 +666,7 @@ func TestLesson37_ConnectionBeforeServeIsAnswered(t *testing.T) {
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	fmt.Fprintf(c, "GET http://up.test:%s/ HTTP/1.1\r\n\r\n", up.port)
 
-	p := &Proxy{Policy: publicLoopback(), Resolver: resolverOf("up.test", "127.0.0.1"), Log: quietLog}
+	p := &Proxy{Policy: publicLoopback(), Resolver: resolverOf("up.test", "127.0.0.1"), Log: quietLog, Dial: (&dialRecorder{t: t}).dial}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Serve(ctx, ln) }()
