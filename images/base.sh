@@ -59,7 +59,8 @@ docker info >/dev/null 2>&1 || die "the Docker engine does not answer (is docker
 packages=(bash ca-certificates)
 tag=sandboxd-base:$suite
 if ((tools)); then
-	packages+=(bubblewrap util-linux)
+	# procps: the sandbox tests look for leftover processes with pgrep.
+	packages+=(bubblewrap util-linux procps)
 	tag=sandboxd-base:$suite-tools
 fi
 include=$(

@@ -28,6 +28,11 @@ func ReapOrphans(ctx context.Context, log *slog.Logger) (stop func()) {
 	if os.Getpid() != 1 {
 		return func() {}
 	}
+	return reapOrphans(ctx, log)
+}
+
+// reapOrphans reaps regardless of our pid; tests run it as a subreaper.
+func reapOrphans(ctx context.Context, log *slog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, syscall.SIGCHLD)

@@ -15,6 +15,8 @@ var introduced = map[string]Version{
 	"--args":               Minimum,
 	"--bind":               Minimum,
 	"--bind-data":          Minimum,
+	"--bind-try":           Minimum,
+	"--dev-bind-try":       Minimum,
 	"--cap-drop":           Minimum,
 	"--chdir":              Minimum,
 	"--dev":                Minimum,

@@ -65,7 +65,20 @@ const readyLine = "ready"
 // reaps every orphan (dash and bash wait(2) for any child), and, being a
 // namespace's init, ignores every signal sent from inside for which it has no
 // handler, so an agent's `kill -9 -1` leaves the sandbox standing.
-const payload = "echo " + readyLine + "; exec >/dev/null 2>&1 </dev/null; while :; do sleep 2147483647 & wait; done"
+//
+// bwrap passes its own descriptors on; pid 1 closes them, since the agent's
+// root can open anything under /proc/1/fd.
+var payload = "echo " + readyLine + "; exec >/dev/null 2>&1 </dev/null" + closeFDs() + "; while :; do sleep 2147483647 & wait; done"
+
+// Shells take single-digit descriptors in redirections only; bwrap never gets
+// more than fdData+3 from us (hosts file and apt configuration).
+func closeFDs() string {
+	var b strings.Builder
+	for fd := fdArgs; fd <= 9; fd++ {
+		fmt.Fprintf(&b, " %d<&-", fd)
+	}
+	return b.String()
+}
 
 // Fixed descriptor numbers in bwrap's process.
 const (
@@ -414,10 +427,18 @@ func (h *Holder) died(err error) error {
 	return err
 }
 
-// Kill ends the sandbox and every process in it, and waits for bwrap.
+// Kill ends the sandbox and every process in it, and returns once they are
+// gone. The sandbox's pid 1 exits only after the kernel has killed and reaped
+// every process of its pid namespace, and bwrap exits only after its pid 1:
+// so bwrap is left to exit by itself, and killed only if it does not.
 func (h *Holder) Kill() {
 	if h.PID > 0 {
 		unix.Kill(h.PID, unix.SIGKILL)
+	}
+	select {
+	case <-h.done:
+		return
+	case <-time.After(5 * time.Second):
 	}
 	if h.cmd.Process != nil {
 		h.cmd.Process.Kill()

@@ -167,10 +167,12 @@ func (p *mountPlan) hide(a *Args) error {
 					return fmt.Errorf("hide: read link %s: %w", full, err)
 				}
 				a.Add("--symlink", target, full)
+			// -try: a sibling that vanishes between the listing and the
+			// mount must not cost the whole sandbox.
 			case t&fs.ModeDevice != 0:
-				a.Add("--dev-bind", full, full)
+				a.Add("--dev-bind-try", full, full)
 			default:
-				a.Add("--bind", full, full)
+				a.Add("--bind-try", full, full)
 			}
 		}
 	}

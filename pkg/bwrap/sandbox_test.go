@@ -124,12 +124,17 @@ func TestLesson55_NothingInsideNamesTheHarness(t *testing.T) {
 	cfg, harness := harnessConfig(t)
 	cfg.Files = []bwrap.DataFile{{Path: "/etc/hosts", Data: []byte("127.0.0.1 localhost\n")}}
 	sb := sandboxtest.Start(t, cfg)
-	r := sb.Sh(t, "0", "tr '\\0' ' ' </proc/1/cmdline; echo; tr '\\0' '\\n' </proc/1/environ; cat /proc/self/mountinfo; env; ls -la /proc/1/fd/ 2>&1")
+	r := sb.Sh(t, "0", "tr '\\0' ' ' </proc/1/cmdline; echo; tr '\\0' '\\n' </proc/1/environ; env; ls -la /proc/1/fd/ 2>&1")
 	require.Equal(t, 0, r.Code, r.Stderr)
-	for _, word := range []string{harness, "sandboxd", filepath.Base(harness), "--args", "bwrap"} {
+	for _, word := range []string{harness, "sandboxd", filepath.Base(harness), "--args", "bwrap", "memfd"} {
 		assert.NotContains(t, r.Stdout, word)
 	}
 	assert.Contains(t, r.Stdout, "sleep", "pid 1 looks like Harbor's sleep infinity")
+	// Mount sources: the substrate's own mounts show as they are, but none of
+	// the sandbox's mounts names the harness.
+	r = sb.Sh(t, "0", "cat /proc/self/mountinfo")
+	assert.NotContains(t, r.Stdout, harness)
+	assert.NotContains(t, r.Stdout, filepath.Base(harness))
 }
 
 // Lesson 3: one sandbox per rollout — a background process survives its command.

@@ -1,0 +1,52 @@
+# sandboxd — build, demo, tests, benchmarks.
+# Everything runs as root on Debian bookworm (or a container of it); each
+# target installs what it needs first.
+
+GO        ?= go
+BIN       := bin/sandboxd
+VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -s -w -X github.com/sandboxd/sandboxd/internal/daemon.Version=$(VERSION)
+# Privileged tests fail, never skip, when run through make.
+export SANDBOXD_REQUIRE_PRIVILEGED := 1
+
+.PHONY: all build demo test test-unit test-containers e2e attack bench bench-quick fuzz soak clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/sandboxd
+
+demo: build
+	@scripts/deps.sh demo
+	@scripts/demo.sh
+
+test: build
+	@scripts/deps.sh test
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 20m ./...
+	$(MAKE) test-containers
+
+# The sandbox tests again inside bullseye (bwrap 0.4.1) and bookworm (bwrap 0.8)
+# containers with Docker's default capabilities (lesson 61).
+test-containers: build
+	@scripts/container-tests.sh
+
+e2e: build
+	@scripts/deps.sh test
+	$(GO) test -count=1 -timeout 40m -tags e2e ./test/e2e/...
+
+attack: build
+	$(GO) test -count=1 -timeout 20m -run Escape ./...
+
+bench: build
+	@scripts/deps.sh test
+	$(GO) run ./test/bench -out docs/benchmarks.md
+
+bench-quick: build
+	$(GO) run ./test/bench -quick
+
+fuzz:
+	scripts/fuzz.sh $${FUZZTIME:-10m}
+
+clean:
+	rm -rf bin

@@ -1,0 +1,346 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
+)
+
+const roleTestServe = "test-serve"
+
+func init() {
+	// A serve in a process of its own, for tests that kill it.
+	childproc.Add(roleTestServe, func(args []string) int {
+		err := Run(context.Background(), Config{HarnessDir: args[0], Log: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 125
+		}
+		return 0
+	})
+}
+
+func TestMain(m *testing.M) {
+	childproc.Maybe()
+	os.Exit(m.Run())
+}
+
+// served is a daemon running in this test process.
+type served struct {
+	harness string
+	client  control.Client
+	cancel  context.CancelFunc
+	done    chan error
+	d       *Daemon
+}
+
+func serveForTest(t *testing.T, cfg Config) *served {
+	t.Helper()
+	sandboxtest.RequireRoot(t)
+	if cfg.HarnessDir == "" {
+		cfg.HarnessDir = sandboxtest.HarnessDir(t)
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d, err := start(ctx, cfg)
+	require.NoError(t, err)
+	s := &served{harness: cfg.HarnessDir, client: control.Client{HarnessDir: cfg.HarnessDir}, cancel: cancel, done: make(chan error, 1), d: d}
+	go func() { s.done <- d.serve(ctx) }()
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(control.Socket(cfg.HarnessDir))
+		return err == nil
+	}, 5*time.Second, 5*time.Millisecond)
+	t.Cleanup(func() {
+		cancel()
+		<-s.done
+	})
+	return s
+}
+
+type execResult struct {
+	stdout, stderr string
+	exit           control.Exit
+	err            error
+}
+
+func (s *served) exec(t *testing.T, req control.Request, stdin string) execResult {
+	t.Helper()
+	var out, errb bytes.Buffer
+	streams := control.Streams{Stdout: &out, Stderr: &errb}
+	if stdin != "" {
+		streams.Stdin = strings.NewReader(stdin)
+		req.Stdin = true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	exit, err := s.client.Exec(ctx, req, streams)
+	return execResult{out.String(), errb.String(), exit, err}
+}
+
+func (s *served) sh(t *testing.T, script string) execResult {
+	return s.exec(t, control.Request{Argv: []string{"/bin/sh", "-c", script}}, "")
+}
+
+func TestExecExitCodesAndStreams(t *testing.T) {
+	s := serveForTest(t, Config{})
+	for _, code := range []int{0, 1, 7} {
+		r := s.sh(t, fmt.Sprintf("echo out; echo err >&2; exit %d", code))
+		require.NoError(t, r.err)
+		assert.Equal(t, code, r.exit.Code)
+		assert.Equal(t, "out\n", r.stdout)
+		assert.Equal(t, "err\n", r.stderr)
+	}
+	r := s.sh(t, "kill -TERM $$")
+	require.NoError(t, r.err)
+	assert.Equal(t, "TERM", r.exit.Signal)
+	assert.Equal(t, 128+15, r.exit.Code)
+}
+
+// Lesson 25: stdin reaches the command and its EOF too.
+func TestLesson25_StdinEOFPropagated(t *testing.T) {
+	s := serveForTest(t, Config{})
+	r := s.exec(t, control.Request{Argv: []string{"sh", "-c", "cat; echo done"}}, "line one\nline two\n")
+	require.NoError(t, r.err)
+	assert.Equal(t, "line one\nline two\ndone\n", r.stdout)
+}
+
+// Lessons 22 and 47: a timed-out command delivers what it printed before the
+// deadline, and its whole tree is killed.
+func TestLesson22_TimeoutKeepsOutputAndKillsTree(t *testing.T) {
+	s := serveForTest(t, Config{})
+	r := s.exec(t, control.Request{Timeout: "1s", Argv: []string{"sh", "-c",
+		"echo before; (sleep 901 & sleep 902 & wait) & sleep 903 & sleep 30; echo after"}}, "")
+	require.NoError(t, r.err)
+	assert.True(t, r.exit.TimedOut)
+	assert.Equal(t, "before\n", r.stdout)
+	r = s.sh(t, "pgrep -f 'sleep 90[123]' || echo none")
+	assert.Equal(t, "none\n", r.stdout, "the whole tree of the timed-out command is gone")
+}
+
+// Lesson 3: a process the command backgrounds survives into the next exec.
+func TestLesson3_BackgroundSurvivesIntoNextExec(t *testing.T) {
+	s := serveForTest(t, Config{})
+	r := s.sh(t, "nohup sleep 600 >/dev/null 2>&1 & echo $! > /tmp/lesson3.pid")
+	require.Equal(t, 0, r.exit.Code, r.stderr)
+	r = s.sh(t, "kill -0 $(cat /tmp/lesson3.pid) && echo alive")
+	assert.Equal(t, "alive\n", r.stdout)
+}
+
+// Lesson 41 for sessions: a background child that keeps stdout does not hold
+// the exec open.
+func TestBackgroundHoldingStdoutDoesNotHang(t *testing.T) {
+	s := serveForTest(t, Config{})
+	start := time.Now()
+	r := s.sh(t, "sleep 30 & echo quick")
+	require.NoError(t, r.err)
+	assert.Equal(t, 0, r.exit.Code)
+	assert.Equal(t, "quick\n", r.stdout)
+	assert.Less(t, time.Since(start), 10*time.Second)
+}
+
+// Lessons 10, 11 and 59: nothing of the daemon's environment reaches a
+// session, the wrappers, or pid 1; a variable the task declares arrives
+// intact even when its name looks internal.
+func TestLesson11_NoHarnessEnvironmentInSessions(t *testing.T) {
+	t.Setenv("SANDBOXD_AUTHORIZED_KEYS", "ssh-ed25519 AAAA secret")
+	t.Setenv("LD_PRELOAD", "/nonexistent/preload.so")
+	t.Setenv("HARNESS_TOKEN", "hunter2")
+	s := serveForTest(t, Config{AgentEnv: []string{"SANDBOXD_TASK_VAR=kept", "FOO=bar"}})
+	r := s.sh(t, "env; echo ---; tr '\\0' '\\n' </proc/1/environ")
+	require.Equal(t, 0, r.exit.Code, r.stderr)
+	assert.NotContains(t, r.stdout, "secret")
+	assert.NotContains(t, r.stdout, "hunter2")
+	assert.NotContains(t, r.stdout, "LD_PRELOAD")
+	assert.Contains(t, r.stdout, "SANDBOXD_TASK_VAR=kept\n")
+	assert.Contains(t, r.stdout, "FOO=bar\n")
+
+	// The nsenter wrapper of a running session sees PATH and the role marker only.
+	done := make(chan execResult, 1)
+	go func() { done <- s.sh(t, "sleep 2") }()
+	var environ string
+	require.Eventually(t, func() bool {
+		out, _ := exec.Command("pgrep", "-n", "-x", "nsenter").Output()
+		pid := strings.TrimSpace(string(out))
+		if pid == "" {
+			return false
+		}
+		b, err := os.ReadFile("/proc/" + pid + "/environ")
+		environ = string(b)
+		return err == nil && len(b) > 0
+	}, 5*time.Second, 10*time.Millisecond)
+	assert.ElementsMatch(t, []string{"PATH=" + "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", childproc.Env + "=enter"},
+		strings.Split(strings.TrimRight(environ, "\x00"), "\x00"))
+	<-done
+}
+
+// Lesson 17: a non-root agent still gets the image's ENV.
+func TestLesson17_NonRootAgentGetsImageEnv(t *testing.T) {
+	s := serveForTest(t, Config{AgentUser: "4321:4321", ImageEnv: []string{"PATH=/opt/tool/bin:/usr/bin:/bin", "LANG=C.UTF-8"}})
+	r := s.sh(t, "id -u; echo $PATH; echo $LANG; echo $HOME")
+	require.Equal(t, 0, r.exit.Code, r.stderr)
+	assert.Equal(t, "4321\n/opt/tool/bin:/usr/bin:/bin\nC.UTF-8\n/\n", r.stdout)
+}
+
+// Lesson 24: reaping orphans never steals the exit status a session waits for.
+func TestLesson24_ReaperDoesNotStealExitStatus(t *testing.T) {
+	s := serveForTest(t, Config{})
+	require.NoError(t, unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	stop := reapOrphans(context.Background(), slog.New(slog.DiscardHandler))
+	defer stop()
+	// Orphans re-parented to us, to keep the reaper busy.
+	require.NoError(t, exec.Command("sh", "-c", "for i in 1 2 3 4 5; do (sleep 0.$i &) ; done").Run())
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			r := s.sh(t, fmt.Sprintf("sleep 0.%d; exit %d", i%10, 10+i))
+			assert.NoError(t, r.err)
+			assert.Equal(t, 10+i, r.exit.Code)
+		}(i)
+	}
+	wg.Wait()
+	require.Eventually(t, func() bool { return len(zombieChildren()) == 0 }, 10*time.Second, 50*time.Millisecond, "orphans are reaped")
+}
+
+// Bad input gets a one-line error that says what to do, exit 125, and the
+// daemon stays healthy.
+func TestBadInputLeavesDaemonHealthy(t *testing.T) {
+	s := serveForTest(t, Config{})
+	cases := []struct {
+		req  control.Request
+		want string
+	}{
+		{control.Request{}, "no command given"},
+		{control.Request{Argv: []string{"true"}, User: "no-such-user"}, "no-such-user"},
+		{control.Request{Argv: []string{"true"}, Dir: "/no/such/dir"}, "working directory"},
+		{control.Request{Argv: []string{"true"}, Timeout: "soon"}, "--timeout"},
+		{control.Request{Argv: []string{"true"}, Env: []string{"NOEQUALS"}}, "NAME=VALUE"},
+	}
+	for _, c := range cases {
+		r := s.exec(t, c.req, "")
+		var f *control.Failure
+		require.True(t, errors.As(r.err, &f), "%+v: %v", c.req, r.err)
+		assert.Equal(t, 125, f.Code)
+		assert.Contains(t, f.Message, c.want)
+		assert.NotContains(t, f.Message, "\n")
+	}
+	r := s.exec(t, control.Request{Argv: []string{"no-such-program"}}, "")
+	var f *control.Failure
+	require.True(t, errors.As(r.err, &f))
+	assert.Equal(t, 127, f.Code)
+	assert.Equal(t, 0, s.sh(t, "true").exit.Code, "the daemon still serves")
+}
+
+func TestNoDaemonSaysHowToStartOne(t *testing.T) {
+	c := control.Client{HarnessDir: t.TempDir()}
+	_, err := c.Exec(context.Background(), control.Request{Argv: []string{"true"}}, control.Streams{})
+	require.ErrorIs(t, err, control.ErrNoDaemon)
+	assert.Contains(t, err.Error(), "sandboxd serve")
+}
+
+func TestSecondServeOnSameHarnessDirRefused(t *testing.T) {
+	s := serveForTest(t, Config{})
+	_, err := start(context.Background(), Config{HarnessDir: s.harness, Log: slog.New(slog.DiscardHandler)})
+	require.ErrorIs(t, err, ErrLocked)
+	assert.Contains(t, err.Error(), "sandboxd stop")
+}
+
+// Lesson 48: stopping leaves no process of the sandbox behind, and the
+// control socket goes with the daemon.
+func TestLesson48_StopLeavesNothing(t *testing.T) {
+	s := serveForTest(t, Config{})
+	require.Equal(t, 0, s.sh(t, "nohup sleep 777 >/dev/null 2>&1 &").exit.Code)
+	holder := s.d.holder.PID
+	require.NoError(t, s.client.Call(context.Background(), control.Request{Op: "stop"}, nil))
+	select {
+	case err := <-s.done:
+		require.NoError(t, err)
+		s.done <- nil
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", holder))
+	assert.True(t, gone(holder), "the holder is gone: %s", b)
+	out, _ := exec.Command("pgrep", "-f", "sleep 777").Output()
+	assert.Empty(t, strings.TrimSpace(string(out)))
+	_, err := os.Stat(control.Socket(s.harness))
+	assert.True(t, os.IsNotExist(err), "the control socket exists only while the sandbox is ready")
+}
+
+// Lesson 48: a serve killed with SIGKILL takes its sandbox with it, and the
+// next serve on the same harness dir starts cleanly.
+func TestLesson48_CrashThenCleanRestart(t *testing.T) {
+	sandboxtest.RequireRoot(t)
+	harness := sandboxtest.HarnessDir(t)
+	self, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(self, harness)
+	cmd.Env = append(os.Environ(), childproc.Env+"="+roleTestServe)
+	require.NoError(t, cmd.Start())
+	c := control.Client{HarnessDir: harness}
+	var st Status
+	require.Eventually(t, func() bool { return c.Call(context.Background(), control.Request{Op: "status"}, &st) == nil }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, cmd.Process.Kill())
+	cmd.Wait()
+	require.Eventually(t, func() bool { return gone(st.Sandbox.PID) }, 5*time.Second, 10*time.Millisecond,
+		"the holder dies with the daemon (--die-with-parent)")
+
+	s := serveForTest(t, Config{HarnessDir: harness})
+	assert.Equal(t, 0, s.sh(t, "true").exit.Code)
+}
+
+// A holder killed from outside ends serve with an error: it fails closed
+// rather than building a fresh sandbox without a word.
+func TestHolderDeathFailsClosed(t *testing.T) {
+	s := serveForTest(t, Config{})
+	require.NoError(t, unix.Kill(s.d.holder.PID, unix.SIGKILL))
+	select {
+	case err := <-s.done:
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "died")
+		s.done <- nil
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve kept running without its sandbox")
+	}
+}
+
+func TestStatusReportsSandbox(t *testing.T) {
+	s := serveForTest(t, Config{})
+	var st Status
+	require.NoError(t, s.client.Call(context.Background(), control.Request{Op: "status"}, &st))
+	assert.Equal(t, s.d.holder.PID, st.Sandbox.PID)
+	assert.Equal(t, "identity", st.Sandbox.IDMap)
+	assert.NotEmpty(t, st.Sandbox.Bwrap)
+	assert.Empty(t, st.Degradations)
+}
+
+// gone reports whether pid has exited (a zombie waiting for a reaper that is
+// not us counts as gone).
+func gone(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i > 0 && i+2 < len(b) && b[i+2] == 'Z'
+}
