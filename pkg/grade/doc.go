@@ -1,0 +1,52 @@
+// Package grade runs a task's verifier against the sandbox and turns what it
+// left behind into a verdict.
+//
+// The verifier is a visitor (design.md, "Phases and grading"): a process in
+// the sandbox's user and network namespaces, but in the substrate's pid
+// namespace and in a mount namespace of its own, built over the substrate's
+// view of the filesystem. In that namespace, and only there, a fresh copy of
+// the task's tests is bound at /tests and a fresh verdict directory at
+// /logs/verifier; both live in the harness dir, which is otherwise covered by
+// an empty read-only tmpfs. No file of the tests is ever written into the
+// shared filesystem, so no agent process, not even one a root agent left
+// running, can read the tests or write the verdict. The agent's processes are
+// left alone (the verifier usually talks to the servers the agent started),
+// and the verifier can see them; the agent never sees the verifier.
+//
+//	daemon ─ grade.Run
+//	  └─ nsenter --target HOLDER --user --net --preserve-credentials -- /proc/self/fd/3
+//	       └─ "visitor": unshare(CLONE_NEWNS), binds, masks, read-only /proc and /sys,
+//	          child subreaper; waits for the leader, then kills what it left
+//	            └─ "enter" (join.Here): seccomp, bounded capabilities, the verifier's
+//	               user, the workdir, the exact environment
+//	                 └─ /tests/test.sh  > /logs/verifier/test-stdout.txt 2>&1 </dev/null
+//
+// # Verdicts and exit codes
+//
+// A verifier that timed out, could not run, or left no finite reward is an
+// error with a code of its own, never a reward of 0.0 that reads as the
+// agent's failure (lesson 42). `sandboxd grade` and `sandboxd trial` exit with
+// Status.ExitCode:
+//
+//	0    graded            a finite reward was read (test.sh's own exit code is reported, not used)
+//	3    no_reward         the verifier finished but left no reward (no file, or an empty one)
+//	4    verifier_timeout  the verifier ran past its timeout; its whole tree was killed
+//	5    verifier_error    test.sh is missing or could not start, or the reward is unusable
+//	125  ExitInternal      sandboxd itself failed (Run returned an error)
+//
+// 1 and 2 are left out on purpose: shells and flag parsers use them for
+// every other failure.
+//
+// # Residual risk
+//
+// The verifier runs what the agent built; code the agent planted for it (a
+// replaced /bin/bash, a sitecustomize, an ld.so.preload) runs with the
+// verifier's rights and can write any reward. A root agent can also rename
+// the empty /tests mount point in the shared filesystem while the verifier
+// runs, which detaches the verifier's /tests. The verdict is as trustworthy
+// as the agent's reach over what the verifier executes.
+//
+// WARNING: security-sensitive. After any change run, as root:
+//
+//	go test ./pkg/grade/ ./pkg/join/
+package grade

@@ -1,0 +1,325 @@
+package grade
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/pkg/join"
+)
+
+// The visitor is a child role: nsenter puts it in the sandbox's user and
+// network namespaces, and it builds its own mount namespace there, starts the
+// verifier, and reports. It holds full capabilities in the sandbox's user
+// namespace until the enter step drops them for the verifier, so it runs only
+// code from this binary and opens nothing the agent chose.
+
+const roleVisitor = "visitor"
+
+// Descriptors the visitor receives (fd 3 is this binary, for nsenter to exec).
+const (
+	fdParams = 4 // visitorParams as JSON, in a memfd
+	fdOutput = 5 // test-stdout.txt: the verifier's stdout and stderr
+	fdResult = 6 // write end of the pipe the visitorResult goes back on
+)
+
+func init() { childproc.Add(roleVisitor, visitor) }
+
+// visitorParams is everything the visitor needs; it travels in a memfd so
+// that none of it shows in a command line.
+type visitorParams struct {
+	Binds []bind    `json:"binds"`
+	Mask  []string  `json:"mask"` // covered by an empty read-only tmpfs (a file: by /dev/null)
+	Spec  join.Spec `json:"spec"`
+}
+
+// bind is one directory of the harness bound into the visitor's view. The
+// target is in the shared filesystem, where the agent can replace it: the
+// daemon names the directory it checked (Dev, Ino), and the visitor mounts
+// onto that one or not at all.
+type bind struct {
+	Source string `json:"source"`
+	Target string `json:"target"`
+	Dev    uint64 `json:"dev"`
+	Ino    uint64 `json:"ino"`
+}
+
+// visitorResult is the visitor's report. Setup is set when its own view could
+// not be built (sandboxd's failure); Start when the verifier could not be
+// started (the task's); otherwise Code and Signal are the leader's.
+type visitorResult struct {
+	Setup  string `json:"setup,omitempty"`
+	Start  string `json:"start,omitempty"`
+	Code   int    `json:"code"`
+	Signal int    `json:"signal,omitempty"`
+}
+
+// Docker's masked and read-only paths (moby's oci defaults), the same lists
+// pkg/bwrap applies to the sandbox: keep them in step. The visitor shares the
+// substrate's /proc, and under systempaths=unconfined the substrate's
+// /proc/sys is writable by root, while the verifier runs what the agent
+// built (lesson 56).
+var (
+	maskedPaths = []string{
+		"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
+		"/proc/sched_debug", "/proc/scsi", "/sys/firmware",
+		"/sys/devices/virtual/powercap",
+	}
+	readOnlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger", "/sys"}
+)
+
+func visitor(_ []string) int {
+	// Mount namespaces are per thread in Go's view of the world: every mount
+	// and the fork of the verifier happen on this one thread, which never
+	// runs anything else and ends with the process.
+	runtime.LockOSThread()
+	for fd := fdParams; fd <= fdResult; fd++ {
+		unix.CloseOnExec(fd)
+	}
+	result := os.NewFile(fdResult, "result")
+	report := func(r visitorResult) int {
+		json.NewEncoder(result).Encode(r)
+		if r.Setup != "" || r.Start != "" {
+			return join.ExitSetup
+		}
+		return r.Code
+	}
+	var p visitorParams
+	raw, err := io.ReadAll(os.NewFile(fdParams, "params"))
+	if err != nil {
+		return report(visitorResult{Setup: fmt.Sprintf("read visitor parameters: %v", err)})
+	}
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return report(visitorResult{Setup: fmt.Sprintf("decode visitor parameters: %v", err)})
+	}
+	if err := buildView(p); err != nil {
+		return report(visitorResult{Setup: err.Error()})
+	}
+	// Whatever the verifier leaves behind is re-parented to us, not to the
+	// substrate's init, so that we can end it (lesson 60).
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return report(visitorResult{Setup: fmt.Sprintf("become a child subreaper: %v", err)})
+	}
+	return report(runVerifier(p.Spec))
+}
+
+// runVerifier starts the verifier through the same enter step as a session
+// and waits for the leader only: a background child holding the output open
+// must not hold up grading (lesson 41). Then it ends everything left below us.
+func runVerifier(spec join.Spec) visitorResult {
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return visitorResult{Setup: fmt.Sprintf("open %s: %v", os.DevNull, err)}
+	}
+	defer devnull.Close()
+	output := os.NewFile(fdOutput, "test-stdout.txt")
+	st, err := join.Here(spec)
+	if err != nil {
+		return visitorResult{Start: err.Error()}
+	}
+	st.Cmd.Stdin, st.Cmd.Stdout, st.Cmd.Stderr = devnull, output, output
+	_, err = st.Start()
+	if err != nil {
+		st.Cmd.Wait()
+		killLeftovers()
+		var se *join.SetupError
+		if errors.As(err, &se) {
+			return visitorResult{Start: se.Msg, Code: se.Code}
+		}
+		return visitorResult{Start: err.Error()}
+	}
+	werr := st.Cmd.Wait()
+	killLeftovers()
+	code, sig, ok := join.ExitStatus(werr)
+	if !ok {
+		return visitorResult{Setup: fmt.Sprintf("wait for the verifier: %v", werr)}
+	}
+	return visitorResult{Code: code, Signal: int(sig)}
+}
+
+// killLeftovers kills every process below the visitor until none is left.
+// As a child subreaper, everything the verifier started stays below us,
+// however it detached (setsid, double fork, nohup).
+func killLeftovers() {
+	self := os.Getpid()
+	for round := 0; ; round++ {
+		pids := join.Descendants(self)
+		for _, pid := range pids {
+			unix.Kill(pid, syscall.SIGKILL)
+		}
+		var ws unix.WaitStatus
+		for {
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if err == unix.ECHILD {
+				return
+			}
+			if pid <= 0 || err != nil {
+				break
+			}
+		}
+		if round > 10 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// buildView makes the visitor's mount namespace: private, the harness's two
+// directories bound at /tests and /logs/verifier, the harness and the other
+// masked paths covered, and Docker's read-only and masked paths re-applied.
+func buildView(p visitorParams) error {
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("unshare the mount namespace: %w", err)
+	}
+	// Nothing we mount may propagate back to the substrate or the sandbox.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	// Binds first: their sources are in the harness dir, which is masked next.
+	for _, b := range p.Binds {
+		if err := bindOnto(b); err != nil {
+			return err
+		}
+	}
+	for _, m := range p.Mask {
+		if err := mask(m, true); err != nil {
+			return err
+		}
+	}
+	for _, m := range readOnlyPaths {
+		if err := bindReadOnly(m); err != nil {
+			return err
+		}
+	}
+	for _, m := range maskedPaths {
+		if err := mask(m, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bindOnto binds b.Source onto b.Target, which must be the directory the
+// daemon checked. Both are opened without following symlinks and mounted
+// through /proc/self/fd, so nothing can be swapped in between.
+func bindOnto(b bind) error {
+	src, err := openDir(b.Source, unix.O_PATH)
+	if err != nil {
+		return fmt.Errorf("bind %s: %w", b.Target, err)
+	}
+	defer unix.Close(src)
+	dst, err := openDir(b.Target, unix.O_PATH)
+	if err != nil {
+		return fmt.Errorf("bind %s: %w", b.Target, err)
+	}
+	defer unix.Close(dst)
+	var st unix.Stat_t
+	if err := unix.Fstat(dst, &st); err != nil {
+		return fmt.Errorf("bind %s: %w", b.Target, err)
+	}
+	if st.Dev != b.Dev || st.Ino != b.Ino {
+		return fmt.Errorf("bind %s: the directory was replaced in the shared filesystem while grading started", b.Target)
+	}
+	if err := unix.Mount(fdPath(src), fdPath(dst), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s at %s: %w", b.Source, b.Target, err)
+	}
+	return nil
+}
+
+// mask covers path with an empty read-only tmpfs (a directory) or /dev/null
+// (anything else). A path that does not exist needs no mask; with strict, a
+// path that cannot be opened without following a symlink is an error, else
+// it is skipped (Docker's lists name paths that some kernels lack).
+func mask(path string, strict bool) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		if err == unix.ENOENT || !strict {
+			return nil
+		}
+		return fmt.Errorf("mask %s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		fd, err := openDir(path, unix.O_PATH)
+		if err != nil {
+			if !strict {
+				return nil
+			}
+			return fmt.Errorf("mask %s: %w", path, err)
+		}
+		defer unix.Close(fd)
+		flags := uintptr(unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+		if err := unix.Mount("tmpfs", fdPath(fd), "tmpfs", flags, "size=4k,mode=0755"); err != nil {
+			return fmt.Errorf("mask %s: %w", path, err)
+		}
+		return nil
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		if strict {
+			return fmt.Errorf("mask %s: is a symlink; name the real path", path)
+		}
+		return nil
+	}
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if !strict {
+			return nil
+		}
+		return fmt.Errorf("mask %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Mount(os.DevNull, fdPath(fd), "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("mask %s: %w", path, err)
+	}
+	return nil
+}
+
+// bindReadOnly binds path onto itself (with everything mounted below it) and
+// makes the whole tree read-only. A path that does not exist is skipped.
+func bindReadOnly(path string) error {
+	if _, err := os.Lstat(path); err != nil {
+		return nil
+	}
+	// Recursive: a non-recursive bind of a tree with mounts locked by the
+	// user namespace (ours, seen from the sandbox's) is refused with EINVAL.
+	if err := unix.Mount(path, path, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s read-only: %w", path, err)
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
+	err := unix.MountSetattr(-1, path, unix.AT_RECURSIVE, &attr)
+	if err == nil {
+		return nil
+	}
+	if err != unix.ENOSYS {
+		return fmt.Errorf("make %s read-only: %w", path, err)
+	}
+	// Before Linux 5.12: remount the top of the tree, keeping the flags the
+	// user namespace locked (a remount that drops one is refused).
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(path, &sfs); err != nil {
+		return fmt.Errorf("make %s read-only: %w", path, err)
+	}
+	flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY)
+	for _, f := range []struct{ st, ms uintptr }{
+		{unix.ST_NOSUID, unix.MS_NOSUID}, {unix.ST_NODEV, unix.MS_NODEV}, {unix.ST_NOEXEC, unix.MS_NOEXEC},
+		{unix.ST_NOATIME, unix.MS_NOATIME}, {unix.ST_NODIRATIME, unix.MS_NODIRATIME}, {unix.ST_RELATIME, unix.MS_RELATIME},
+	} {
+		if uintptr(sfs.Flags)&f.st != 0 {
+			flags |= f.ms
+		}
+	}
+	if err := unix.Mount("", path, "", flags, ""); err != nil {
+		return fmt.Errorf("remount %s read-only: %w", path, err)
+	}
+	return nil
+}
+
+func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
