@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/cleanup"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
+	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/join"
 )
@@ -42,7 +43,11 @@ type Config struct {
 	AgentEnv      []string // the task's environment.env + agent.env
 	Hide          []string // more paths absent from the sandbox (trial: the task dir)
 	Devices       []string // devices to bind through when present
-	Log           *slog.Logger
+	Network       Network  // per-phase policies and peers
+	// Resolver resolves the names the proxies are asked for; nil is the
+	// system's. Tests give a fake one.
+	Resolver egress.Resolver
+	Log      *slog.Logger
 }
 
 // Daemon is a running `serve`.
@@ -57,6 +62,9 @@ type Daemon struct {
 	stop     context.CancelFunc
 	lockFile *os.File
 	warnings []string
+	peers    []placedPeer
+	files    []bwrap.DataFile
+	egress   *egressRuntime
 
 	mu       sync.Mutex
 	sessions map[int]*session
@@ -132,6 +140,20 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("agent user: %w", err)
 	}
 	d.agent = agent
+	if cfg.Network.Agent.Mode == "" {
+		cfg.Network.Agent.Mode = egress.Public
+		d.cfg.Network.Agent.Mode = egress.Public
+	}
+	if cfg.Network.Verifier.Mode == "" {
+		cfg.Network.Verifier = cfg.Network.Agent
+		d.cfg.Network.Verifier = cfg.Network.Agent
+	}
+	if d.peers, err = placePeers(cfg.Network.Peers); err != nil {
+		return nil, err
+	}
+	if d.files, err = agentFiles(cfg.Network, d.peers); err != nil {
+		return nil, err
+	}
 
 	runDir := filepath.Join(cfg.HarnessDir, "run")
 	if err := prepareHarnessDir(cfg.HarnessDir); err != nil {
@@ -167,6 +189,7 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 		Hide:          append([]string{cfg.HarnessDir}, cfg.Hide...),
 		Mask:          mask,
 		Devices:       cfg.Devices,
+		Files:         d.files,
 		HostMode:      cfg.HostMode,
 		AllowDegraded: cfg.AllowDegraded,
 		Log:           cfg.Log,
@@ -189,6 +212,13 @@ func (d *Daemon) serve(ctx context.Context) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	d.stop = stop
+
+	rt, err := d.startEgress(ctx, d.peers)
+	if err != nil {
+		return err
+	}
+	d.egress = rt
+	defer rt.close()
 
 	// The control socket exists only while the sandbox is ready.
 	sock := control.Socket(d.cfg.HarnessDir)
@@ -246,6 +276,11 @@ func listenUnix(path string) (net.Listener, error) {
 		return nil, err
 	}
 	return ln, nil
+}
+
+// harnessPath is a path inside the harness dir.
+func (d *Daemon) harnessPath(elem ...string) string {
+	return filepath.Join(append([]string{d.cfg.HarnessDir}, elem...)...)
 }
 
 // prepareHarnessDir creates the harness dir's skeleton, marked so that every

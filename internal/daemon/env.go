@@ -7,6 +7,16 @@ import (
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 )
 
+// agentEnv is the exact environment of an agent-phase session: sessionEnv
+// with the proxy variables where the agent may reach any host.
+func (d *Daemon) agentEnv(u idmap.User, extra []string) []string {
+	task := d.cfg.AgentEnv
+	if d.egress != nil && len(d.egress.agentEnv) > 0 {
+		task = append(append([]string{}, d.egress.agentEnv...), task...)
+	}
+	return sessionEnv(d.cfg.ImageEnv, task, u, extra)
+}
+
 // sessionEnv is a session's exact environment: the image's ENV (PATH defaults
 // to Docker's), HOME from the user's passwd entry as Docker sets it, the
 // task's variables for the phase, then the request's own. Nothing of the

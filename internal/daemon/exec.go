@@ -65,7 +65,7 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 			return
 		}
 	}
-	env := sessionEnv(d.cfg.ImageEnv, d.cfg.AgentEnv, user, req.Env)
+	env := d.agentEnv(user, req.Env)
 
 	st, err := d.target.Command(join.Spec{User: user, Env: env, Dir: dir, Argv: req.Argv})
 	if err != nil {

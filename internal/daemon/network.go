@@ -1,0 +1,257 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/sandboxd/sandboxd/pkg/bwrap"
+	"github.com/sandboxd/sandboxd/pkg/egress"
+)
+
+// Fixed ports inside the sandbox's network namespace.
+const (
+	agentProxyPort   = 3128
+	visitorProxyPort = 3129
+)
+
+// Peer is a substrate service offered inside the sandbox under a name.
+type Peer struct {
+	Name   string
+	Port   int
+	Target string // host:port on the substrate; "" is 127.0.0.1:Port
+}
+
+// Network is the task's network declaration for both phases.
+type Network struct {
+	Agent    egress.Policy
+	Verifier egress.Policy
+	Peers    []Peer
+}
+
+// placedPeer is a peer with the loopback address it got inside the sandbox.
+type placedPeer struct {
+	Peer
+	Addr netip.AddrPort
+}
+
+// placePeers gives each peer 127.0.0.1:PORT, or the next 127.0.0.N when that
+// port is reserved for the proxies or already given to another peer. The
+// sandbox's network namespace is new and empty, so the plan is made before
+// the sandbox exists: the hosts file that names the peers is part of it.
+func placePeers(peers []Peer) ([]placedPeer, error) {
+	taken := map[netip.AddrPort]bool{
+		netip.MustParseAddrPort(fmt.Sprintf("127.0.0.1:%d", agentProxyPort)):   true,
+		netip.MustParseAddrPort(fmt.Sprintf("127.0.0.1:%d", visitorProxyPort)): true,
+	}
+	names := map[string]bool{}
+	out := make([]placedPeer, 0, len(peers))
+	for _, p := range peers {
+		if p.Port < 1 || p.Port > 65535 {
+			return nil, fmt.Errorf("peer %s: port %d is not a TCP port (1-65535)", p.Name, p.Port)
+		}
+		if p.Name == "" || names[strings.ToLower(p.Name)] {
+			return nil, fmt.Errorf("peer %q: each peer needs a unique name", p.Name)
+		}
+		names[strings.ToLower(p.Name)] = true
+		if p.Target == "" {
+			p.Target = fmt.Sprintf("127.0.0.1:%d", p.Port)
+		}
+		var ap netip.AddrPort
+		for n := 1; n < 255; n++ {
+			ap = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, byte(n)}), uint16(p.Port))
+			if !taken[ap] {
+				break
+			}
+		}
+		taken[ap] = true
+		out = append(out, placedPeer{Peer: p, Addr: ap})
+	}
+	return out, nil
+}
+
+// hostsFile is the substrate's hosts file plus one line per peer (lesson 35:
+// added to, never replacing it).
+func hostsFile(peers []placedPeer) ([]byte, error) {
+	base, err := os.ReadFile("/etc/hosts")
+	if err != nil && !os.IsNotExist(err) {
+		return nil, fmt.Errorf("read /etc/hosts: %w", err)
+	}
+	var b strings.Builder
+	b.Write(base)
+	if len(base) > 0 && base[len(base)-1] != '\n' {
+		b.WriteByte('\n')
+	}
+	for _, p := range peers {
+		fmt.Fprintf(&b, "%s\t%s\n", p.Addr.Addr(), p.Name)
+	}
+	return []byte(b.String()), nil
+}
+
+// agentFiles are the files only the agent's view gets: the hosts file with
+// the peers and an apt proxy configuration. Both are data binds, never
+// written into the shared filesystem, which the verifier also sees.
+func agentFiles(net Network, peers []placedPeer) ([]bwrap.DataFile, error) {
+	var files []bwrap.DataFile
+	if len(peers) > 0 {
+		hosts, err := hostsFile(peers)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, bwrap.DataFile{Path: "/etc/hosts", Data: hosts})
+	}
+	if net.Agent.Mode != egress.NoNetwork {
+		if st, err := os.Stat("/etc/apt/apt.conf.d"); err == nil && st.IsDir() {
+			conf, err := egress.AptProxyConfig(agentProxyURL())
+			if err != nil {
+				return nil, err
+			}
+			files = append(files, bwrap.DataFile{Path: "/etc/apt/apt.conf.d/00proxy", Data: conf, ReadOnly: true})
+		}
+	}
+	return files, nil
+}
+
+func agentProxyURL() string { return fmt.Sprintf("http://127.0.0.1:%d", agentProxyPort) }
+
+// egressRuntime is the network side of a running sandbox.
+type egressRuntime struct {
+	agentEnv []string
+	visitor  *egress.Visitor
+	peers    []placedPeer
+	audit    *egress.Audit
+	wg       sync.WaitGroup
+}
+
+// startEgress makes the listeners inside the sandbox — before any session can
+// start, so the first connection is never refused (lesson 37) — and serves
+// them from the substrate until ctx ends.
+func (d *Daemon) startEgress(ctx context.Context, peers []placedPeer) (*egressRuntime, error) {
+	rt := &egressRuntime{peers: peers}
+	audit, err := egress.OpenAudit(d.harnessPath("audit"), 16<<20, 4)
+	if err != nil {
+		return nil, err
+	}
+	rt.audit = audit
+	own, err := d.ownAddrs()
+	if err != nil {
+		d.log.Warn("list the daemon's own addresses", "err", err)
+	}
+	var resolver egress.Resolver = net.DefaultResolver
+	if d.cfg.Resolver != nil {
+		resolver = d.cfg.Resolver
+	}
+	template := egress.Proxy{
+		Resolver: resolver,
+		Audit:    audit,
+		Log:      d.log,
+		Own:      own,
+	}
+
+	var want []netip.AddrPort
+	agentOn := d.cfg.Network.Agent.Mode != egress.NoNetwork
+	if agentOn {
+		want = append(want, netip.MustParseAddrPort(fmt.Sprintf("127.0.0.1:%d", agentProxyPort)))
+	}
+	want = append(want, netip.MustParseAddrPort(fmt.Sprintf("127.0.0.1:%d", visitorProxyPort)))
+	for _, p := range peers {
+		want = append(want, p.Addr)
+	}
+	lns, errs, err := d.target.Listen(ctx, want)
+	if err != nil {
+		audit.Close()
+		return nil, fmt.Errorf("make listeners inside the sandbox: %w", err)
+	}
+	for i, e := range errs {
+		if e != nil {
+			for _, ln := range lns {
+				if ln != nil {
+					ln.Close()
+				}
+			}
+			audit.Close()
+			return nil, fmt.Errorf("listen on %s inside the sandbox: %w", want[i], e)
+		}
+	}
+	serve := func(name string, fn func() error) {
+		rt.wg.Add(1)
+		go func() {
+			defer rt.wg.Done()
+			if err := fn(); err != nil && ctx.Err() == nil {
+				d.log.Error("egress listener stopped", "listener", name, "err", err)
+			}
+		}()
+	}
+	i := 0
+	if agentOn {
+		p := template
+		p.Policy = d.cfg.Network.Agent
+		p.Label = "agent"
+		ln := lns[i]
+		serve("agent proxy", func() error { return p.Serve(ctx, ln) })
+		i++
+		var named []egress.Peer
+		for _, pp := range peers {
+			named = append(named, egress.Peer{Name: pp.Name, Addr: pp.Addr.Addr()})
+		}
+		rt.agentEnv = egress.ProxyEnv(agentProxyURL(), named)
+	}
+	visitorTemplate := template
+	visitorTemplate.Label = "visitor"
+	rt.visitor = &egress.Visitor{Proxy: visitorTemplate}
+	vln := lns[i]
+	serve("visitor proxy", func() error { return rt.visitor.Serve(ctx, vln) })
+	i++
+	for _, p := range peers {
+		ln, target := lns[i], p.Target
+		i++
+		serve("peer "+p.Name, func() error { return egress.ServePeer(ctx, ln, target, nil) })
+		d.log.Info("peer offered", "name", p.Name, "inside", p.Addr.String(), "target", target)
+	}
+	d.log.Info("network ready", "agent", string(d.cfg.Network.Agent.Mode), "verifier", string(d.cfg.Network.Verifier.Mode), "peers", len(peers))
+	return rt, nil
+}
+
+// ownAddrs are the substrate's addresses that no proxy may reach, less those
+// the operator opened deliberately with --egress-allow-cidr (tests open
+// loopback for their upstreams).
+func (d *Daemon) ownAddrs() ([]netip.Addr, error) {
+	all, err := egress.LocalAddrs()
+	opened := append(append([]netip.Prefix{}, d.cfg.Network.Agent.AllowCIDRs...), d.cfg.Network.Verifier.AllowCIDRs...)
+	var out []netip.Addr
+	for _, a := range all {
+		deliberate := false
+		for _, p := range opened {
+			if p.Contains(a) {
+				deliberate = true
+			}
+		}
+		if !deliberate {
+			out = append(out, a)
+		}
+	}
+	return out, err
+}
+
+// openVisit opens the visitor port for one visit under policy and returns the
+// environment that points the visit's programs at it.
+func (rt *egressRuntime) openVisit(policy egress.Policy) (env []string, done func()) {
+	if policy.Mode == egress.NoNetwork {
+		return nil, func() {}
+	}
+	token, done := rt.visitor.Open(policy)
+	var named []egress.Peer
+	for _, pp := range rt.peers {
+		named = append(named, egress.Peer{Name: pp.Name, Addr: pp.Addr.Addr()})
+	}
+	return egress.ProxyEnv(egress.VisitorURL(fmt.Sprintf("127.0.0.1:%d", visitorProxyPort), token), named), done
+}
+
+func (rt *egressRuntime) close() {
+	rt.wg.Wait()
+	rt.audit.Close()
+}
