@@ -17,6 +17,9 @@ func runServe(ctx context.Context, args []string) int {
 	bwrapPath := fs.String("bwrap", "bwrap", "the bubblewrap binary")
 	hostMode := fs.Bool("host", false, "no container around sandboxd: also mask the host's sockets")
 	logFormat := fs.String("log-format", "json", "json or text")
+	taskSel := fs.String("task", os.Getenv("SANDBOXD_TASK"), "the task to serve: a task directory, or a task's name under the harness dir (env SANDBOXD_TASK)")
+	var cidrs listFlag
+	fs.Var(&cidrs, "egress-allow-cidr", "open an address range the egress guard refuses, deliberately (repeatable)")
 	if ok, code := parse(fs, args); !ok {
 		return code
 	}
@@ -31,7 +34,7 @@ func runServe(ctx context.Context, args []string) int {
 	}
 	stopReaper := daemon.ReapOrphans(ctx, log)
 	defer stopReaper()
-	err := daemon.Run(ctx, daemon.Config{
+	cfg := daemon.Config{
 		HarnessDir:    *harness,
 		Workdir:       *workdir,
 		AgentUser:     *agentUser,
@@ -39,7 +42,13 @@ func runServe(ctx context.Context, args []string) int {
 		Bwrap:         *bwrapPath,
 		HostMode:      *hostMode,
 		Log:           log,
-	})
+	}
+	cfg, err := daemon.Configure(cfg, *taskSel, cidrs, os.LookupEnv)
+	if err != nil {
+		log.Error("serve failed", "err", err)
+		return fail("serve: %v", err)
+	}
+	err = daemon.Run(ctx, cfg)
 	if err != nil {
 		log.Error("serve failed", "err", err)
 		return fail("serve: %v", err)

@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/join"
+	"github.com/sandboxd/sandboxd/pkg/task"
 )
 
 // Version is sandboxd's release, set at build time.
@@ -44,6 +45,15 @@ type Config struct {
 	Hide          []string // more paths absent from the sandbox (trial: the task dir)
 	Devices       []string // devices to bind through when present
 	Network       Network  // per-phase policies and peers
+	// The served task, when there is one, and what follows from it.
+	Task            *task.Task
+	Tests           string // the task's tests directory, copied afresh for each grading
+	VerifierUser    string
+	VerifierEnv     []string // image env is added beneath
+	VerifierTimeout time.Duration
+	Entrypoint      []string // the image's ENTRYPOINT, run inside the sandbox at start
+	ImageUser       string   // the image's USER, for the entrypoint
+
 	// Resolver resolves the names the proxies are asked for; nil is the
 	// system's. Tests give a fake one.
 	Resolver egress.Resolver
@@ -66,9 +76,11 @@ type Daemon struct {
 	files    []bwrap.DataFile
 	egress   *egressRuntime
 
-	mu       sync.Mutex
-	sessions map[int]*session
-	nextID   int
+	mu         sync.Mutex
+	sessions   map[int]*session
+	nextID     int
+	phase      string // agent or verify
+	entrypoint string // the image entrypoint's state, "" when there is none
 }
 
 type session struct {
@@ -85,6 +97,9 @@ type session struct {
 type Status struct {
 	Version      string     `json:"version"`
 	Phase        string     `json:"phase"`
+	Task         string     `json:"task,omitempty"`
+	Entrypoint   string     `json:"entrypoint,omitempty"`
+	Network      netStatus  `json:"network"`
 	HarnessDir   string     `json:"harness_dir"`
 	Workdir      string     `json:"workdir"`
 	AgentUser    userStatus `json:"agent_user"`
@@ -92,6 +107,12 @@ type Status struct {
 	Degradations []string   `json:"degradations"`
 	Sessions     []session  `json:"sessions"`
 	Uptime       float64    `json:"uptime_sec"`
+}
+
+type netStatus struct {
+	Agent    string   `json:"agent"`
+	Verifier string   `json:"verifier"`
+	Peers    []string `json:"peers,omitempty"`
 }
 
 type userStatus struct {
@@ -219,6 +240,9 @@ func (d *Daemon) serve(ctx context.Context) error {
 	}
 	d.egress = rt
 	defer rt.close()
+	if err := d.startEntrypoint(ctx); err != nil {
+		return err
+	}
 
 	// The control socket exists only while the sandbox is ready.
 	sock := control.Socket(d.cfg.HarnessDir)
@@ -340,8 +364,10 @@ func (d *Daemon) handle(ctx context.Context, c net.Conn) {
 		d.stop()
 	case "exec":
 		d.exec(ctx, conn, c, req)
+	case "grade":
+		d.handleGrade(ctx, conn, req)
 	default:
-		conn.WriteJSON(control.KindError, control.Failure{Code: 125, Message: fmt.Sprintf("unknown operation %q: this sandboxd (%s) knows exec, status, stop", req.Op, Version)})
+		conn.WriteJSON(control.KindError, control.Failure{Code: 125, Message: fmt.Sprintf("unknown operation %q: this sandboxd (%s) knows exec, grade, status, stop", req.Op, Version)})
 	}
 }
 
@@ -352,12 +378,27 @@ func (d *Daemon) Status() Status {
 	for _, s := range d.sessions {
 		sessions = append(sessions, *s)
 	}
+	phase, entrypoint := d.phase, d.entrypoint
 	d.mu.Unlock()
+	if phase == "" {
+		phase = "agent"
+	}
+	var taskName string
+	if d.cfg.Task != nil {
+		taskName = d.cfg.Task.Name
+	}
+	ns := netStatus{Agent: string(d.cfg.Network.Agent.Mode), Verifier: string(d.cfg.Network.Verifier.Mode)}
+	for _, p := range d.peers {
+		ns.Peers = append(ns.Peers, fmt.Sprintf("%s=%s->%s", p.Name, p.Addr, p.Target))
+	}
 	sort.Slice(sessions, func(i, j int) bool { return sessions[i].ID < sessions[j].ID })
 	deg := append(append([]string{}, d.holder.Degradations...), d.warnings...)
 	return Status{
 		Version:    Version,
-		Phase:      "agent",
+		Phase:      phase,
+		Task:       taskName,
+		Entrypoint: entrypoint,
+		Network:    ns,
 		HarnessDir: d.cfg.HarnessDir,
 		Workdir:    d.cfg.Workdir,
 		AgentUser:  userStatus{Name: d.agent.Name, UID: d.agent.UID, GID: d.agent.GID},

@@ -1,0 +1,138 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/pkg/grade"
+	"github.com/sandboxd/sandboxd/pkg/idmap"
+	"github.com/sandboxd/sandboxd/pkg/join"
+)
+
+// ErrNoTask means grading was asked of a serve that has no task.
+var ErrNoTask = errors.New("no task is served")
+
+// Grade runs the task's verifier as a visitor and returns its verdict. The
+// agent's processes keep running (lesson 43). A non-nil error means sandboxd
+// itself failed; the verdict then still says why.
+func (d *Daemon) Grade(ctx context.Context, timeout time.Duration) (grade.Verdict, error) {
+	if d.cfg.Tests == "" {
+		return grade.Verdict{}, fmt.Errorf("%w: start serve with --task DIR (or SANDBOXD_TASK) to grade", ErrNoTask)
+	}
+	user, err := idmap.Lookup("/", d.cfg.VerifierUser)
+	if err != nil {
+		v := grade.Verdict{Status: grade.StatusError, ExitCode: -1, Message: fmt.Sprintf("verifier user: %v", err)}
+		return v, nil
+	}
+	if timeout <= 0 {
+		timeout = d.cfg.VerifierTimeout
+	}
+	proxyEnv, done := d.egress.openVisit(d.cfg.Network.Verifier)
+	defer done()
+	task := append(append([]string{}, proxyEnv...), d.cfg.VerifierEnv...)
+	env := sessionEnv(d.cfg.ImageEnv, task, user, nil)
+
+	d.setPhase("verify")
+	defer d.setPhase("agent")
+	return grade.Run(ctx, grade.Config{
+		Target:     d.target,
+		HarnessDir: d.cfg.HarnessDir,
+		Tests:      d.cfg.Tests,
+		User:       user,
+		Env:        env,
+		Workdir:    d.cfg.Workdir,
+		Timeout:    timeout,
+		Mask:       d.cfg.Hide,
+		LogsDir:    "/logs/verifier",
+		Log:        d.log,
+	})
+}
+
+func (d *Daemon) handleGrade(ctx context.Context, conn *control.Conn, req control.Request) {
+	var timeout time.Duration
+	if req.GradeTimeout != "" {
+		t, err := time.ParseDuration(req.GradeTimeout)
+		if err != nil || t <= 0 {
+			conn.WriteJSON(control.KindError, control.Failure{Code: 125, Message: fmt.Sprintf("bad --timeout %q: write a positive duration such as 10m", req.GradeTimeout)})
+			return
+		}
+		timeout = t
+	}
+	v, err := d.Grade(ctx, timeout)
+	if err != nil {
+		code := grade.ExitInternal
+		conn.WriteJSON(control.KindError, control.Failure{Code: code, Message: err.Error()})
+		return
+	}
+	d.log.Info("graded", "status", v.Status, "reward", v.Reward, "exit_code", v.ExitCode, "duration_sec", v.DurationSec)
+	conn.WriteJSON(control.KindJSON, v)
+}
+
+func (d *Daemon) setPhase(p string) {
+	d.mu.Lock()
+	d.phase = p
+	d.mu.Unlock()
+}
+
+// startEntrypoint runs the image's ENTRYPOINT inside the sandbox as the
+// image's user, as Docker would have run it (Harbor keeps the entrypoint and
+// replaces only the command). Its output goes to a log in the harness dir.
+// If it exits or crashes, that is logged and reported; serving goes on.
+func (d *Daemon) startEntrypoint(ctx context.Context) error {
+	if len(d.cfg.Entrypoint) == 0 {
+		return nil
+	}
+	user, err := idmap.Lookup("/", d.cfg.ImageUser)
+	if err != nil {
+		return fmt.Errorf("entrypoint user: %w", err)
+	}
+	logDir := d.harnessPath("logs")
+	if err := os.MkdirAll(logDir, 0o700); err != nil {
+		return err
+	}
+	out, err := os.OpenFile(filepath.Join(logDir, "entrypoint.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	env := sessionEnv(d.cfg.ImageEnv, d.cfg.Task.EnvironmentEnv().Environ(), user, nil)
+	st, err := d.target.Command(join.Spec{User: user, Env: env, Dir: d.cfg.Workdir, Argv: d.cfg.Entrypoint})
+	if err != nil {
+		out.Close()
+		return err
+	}
+	st.Cmd.Stdout, st.Cmd.Stderr = out, out
+	proc, err := st.Start()
+	out.Close()
+	if err != nil {
+		st.Cmd.Wait()
+		d.entrypointState(fmt.Sprintf("failed to start: %v", err))
+		d.log.Error("entrypoint failed to start", "argv", d.cfg.Entrypoint, "err", err)
+		return nil
+	}
+	d.entrypointState("running")
+	d.log.Info("entrypoint started", "argv", d.cfg.Entrypoint, "pid", proc.PID, "uid", user.UID)
+	go func() {
+		err := st.Cmd.Wait()
+		code, sig, _ := join.ExitStatus(err)
+		state := fmt.Sprintf("exited %d", code)
+		if sig != 0 {
+			state = "killed by " + signalName(sig)
+		}
+		d.entrypointState(state)
+		if ctx.Err() == nil {
+			d.log.Warn("entrypoint ended", "argv", d.cfg.Entrypoint, "state", state)
+		}
+	}()
+	return nil
+}
+
+func (d *Daemon) entrypointState(s string) {
+	d.mu.Lock()
+	d.entrypoint = s
+	d.mu.Unlock()
+}

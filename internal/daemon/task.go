@@ -1,0 +1,158 @@
+package daemon
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/sandboxd/sandboxd/pkg/egress"
+	"github.com/sandboxd/sandboxd/pkg/task"
+)
+
+// TasksDir is where an adapted image keeps its tasks, under the harness dir.
+func TasksDir(harnessDir string) string { return filepath.Join(harnessDir, "tasks") }
+
+// FindTask resolves what `serve --task` (or SANDBOXD_TASK) names: a task
+// directory, or the name of one under the harness dir's tasks. With nothing
+// named, an image carrying exactly one task serves it; one carrying none
+// serves a bare sandbox ("" and no error).
+func FindTask(harnessDir, sel string) (string, error) {
+	tasks := TasksDir(harnessDir)
+	if sel != "" {
+		if st, err := os.Stat(filepath.Join(sel, "task.toml")); err == nil && !st.IsDir() {
+			return filepath.Abs(sel)
+		}
+		if !strings.Contains(sel, "/") {
+			dir := filepath.Join(tasks, sel)
+			if _, err := os.Stat(filepath.Join(dir, "task.toml")); err == nil {
+				return dir, nil
+			}
+		}
+		return "", fmt.Errorf("task %q: no task.toml there and no such task under %s; name a task directory or one of: %s", sel, tasks, strings.Join(taskNames(tasks), ", "))
+	}
+	names := taskNames(tasks)
+	switch len(names) {
+	case 0:
+		return "", nil
+	case 1:
+		return filepath.Join(tasks, names[0]), nil
+	default:
+		return "", fmt.Errorf("this image carries %d tasks (%s): choose one with SANDBOXD_TASK=NAME or --task NAME", len(names), strings.Join(names, ", "))
+	}
+}
+
+func taskNames(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range entries {
+		if _, err := os.Stat(filepath.Join(dir, e.Name(), "task.toml")); err == nil {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// WithTask fills what cfg does not already say from the task: its workdir,
+// users, environments, per-phase network policy, peers, entrypoint and
+// devices. Flags given to serve win over the task.
+func WithTask(cfg Config, t *task.Task, extraCIDRs []netip.Prefix) (Config, error) {
+	cfg.Task = t
+	if cfg.Workdir == "" {
+		cfg.Workdir = t.Workdir()
+	}
+	if cfg.AgentUser == "" {
+		cfg.AgentUser = t.AgentUser()
+	}
+	cfg.VerifierUser = t.VerifierUser()
+	cfg.ImageEnv = t.Sandboxd.ImageEnv.Environ()
+	cfg.AgentEnv = t.AgentEnv().Environ()
+	cfg.VerifierEnv = t.VerifierEnv().Environ()
+	cfg.VerifierTimeout = t.Verifier.Timeout
+	cfg.Entrypoint = t.Sandboxd.Entrypoint
+	cfg.ImageUser = t.Sandboxd.ImageUser
+	cfg.Tests = filepath.Join(t.Dir, "tests")
+
+	cidrs := append(append([]netip.Prefix{}, t.Sandboxd.EgressAllowCIDRs...), extraCIDRs...)
+	policy := func(n task.Network) (egress.Policy, error) {
+		mode := string(n.Mode)
+		if mode == "" {
+			mode = string(egress.Public)
+		}
+		p, err := egress.ParsePolicy(mode, n.AllowedHosts, nil)
+		if err != nil {
+			return egress.Policy{}, fmt.Errorf("task %s: %w", t.Name, err)
+		}
+		p.AllowCIDRs = cidrs
+		return p, nil
+	}
+	var err error
+	if cfg.Network.Agent, err = policy(t.AgentNetwork()); err != nil {
+		return cfg, err
+	}
+	if cfg.Network.Verifier, err = policy(t.VerifierNetwork()); err != nil {
+		return cfg, err
+	}
+	for _, p := range t.Sandboxd.Peers {
+		cfg.Network.Peers = append(cfg.Network.Peers, Peer{Name: p.Name, Port: p.Port, Target: p.Target})
+	}
+	// The task's own directory holds its tests and solution: when it is not
+	// the baked copy inside the harness dir, it is absent from the sandbox too.
+	if !within(t.Dir, cfg.HarnessDir) {
+		cfg.Hide = append(cfg.Hide, t.Dir)
+	}
+	cfg.Devices = append(cfg.Devices, "/dev/kvm", "/dev/fuse", "/dev/net/tun")
+	if t.Environment.GPUs > 0 {
+		cfg.Devices = append(cfg.Devices, gpuDevices()...)
+	}
+	return cfg, nil
+}
+
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// gpuDevices are the NVIDIA device nodes present in the substrate.
+func gpuDevices() []string {
+	matches, _ := filepath.Glob("/dev/nvidia*")
+	return matches
+}
+
+// Configure completes a serve configuration: it finds and loads the task (if
+// any), applies it, and the network flags. lookup fills the task's
+// ${VAR:-default} values from the daemon's environment.
+func Configure(cfg Config, taskSel string, allowCIDRs []string, lookup func(string) (string, bool)) (Config, error) {
+	if cfg.HarnessDir == "" {
+		cfg.HarnessDir = DefaultHarnessDir
+	}
+	var cidrs []netip.Prefix
+	for _, c := range allowCIDRs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return cfg, fmt.Errorf("--egress-allow-cidr %q: %v; write a range such as 10.1.0.0/16", c, err)
+		}
+		cidrs = append(cidrs, p.Masked())
+	}
+	dir, err := FindTask(cfg.HarnessDir, taskSel)
+	if err != nil {
+		return cfg, err
+	}
+	if dir == "" {
+		cfg.Network.Agent.AllowCIDRs = cidrs
+		cfg.Network.Verifier.AllowCIDRs = cidrs
+		return cfg, nil
+	}
+	t, err := task.Load(dir)
+	if err != nil {
+		return cfg, err
+	}
+	if err := t.ExpandEnv(lookup); err != nil {
+		return cfg, err
+	}
+	for _, w := range t.Warnings {
+		cfg.Log.Warn("task file", "warning", w)
+	}
+	return WithTask(cfg, t, cidrs)
+}
