@@ -81,6 +81,12 @@ func ApplyModes(t *unix.Termios, modes []byte) {
 		arg := binary.BigEndian.Uint32(modes[1:5])
 		modes = modes[5:]
 		if i, ok := ccIndex[op]; ok {
+			// 255 means "disabled" on the wire (OpenSSH encodes its
+			// _POSIX_VDISABLE so); Linux's disabled value is 0. Taken
+			// literally, a ÿ would end every line.
+			if arg == 255 {
+				arg = 0
+			}
 			t.Cc[i] = uint8(arg)
 			continue
 		}

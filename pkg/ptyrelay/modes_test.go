@@ -19,6 +19,9 @@ func TestApplyModes(t *testing.T) {
 			assert.Equal(t, uint8(0x7f), tio.Cc[unix.VERASE])
 			assert.Zero(t, tio.Lflag&unix.ECHO)
 		}},
+		{"255 disables a character", []byte{6, 0, 0, 0, 255, 0}, func(t *testing.T, tio *unix.Termios) {
+			assert.Equal(t, uint8(0), tio.Cc[unix.VEOL])
+		}},
 		{"stops at TTY_OP_END", []byte{53, 0, 0, 0, 0, 0, 3, 0, 0, 0, 1}, func(t *testing.T, tio *unix.Termios) {
 			assert.Zero(t, tio.Lflag&unix.ECHO)
 			assert.Equal(t, uint8(0), tio.Cc[unix.VERASE])
