@@ -103,3 +103,32 @@ func printJSON(w io.Writer, raw json.RawMessage) int {
 	fmt.Fprintln(w, string(b))
 	return 0
 }
+
+func runKeys(ctx context.Context, args []string) int {
+	fs := flags("keys", "[--harness-dir DIR]")
+	harness := harnessDirFlag(fs)
+	if ok, code := parse(fs, args); !ok {
+		return code
+	}
+	var reply struct {
+		PrivateKey string `json:"private_key"`
+	}
+	if err := (control.Client{HarnessDir: *harness}).Call(ctx, control.Request{Op: "keys"}, &reply); err != nil {
+		return fail("keys: %v", err)
+	}
+	fmt.Print(reply.PrivateKey)
+	return 0
+}
+
+func runRecords(ctx context.Context, args []string) int {
+	fs := flags("records", "[--harness-dir DIR]")
+	harness := harnessDirFlag(fs)
+	if ok, code := parse(fs, args); !ok {
+		return code
+	}
+	var raw json.RawMessage
+	if err := (control.Client{HarnessDir: *harness}).Call(ctx, control.Request{Op: "records"}, &raw); err != nil {
+		return fail("records: %v", err)
+	}
+	return printJSON(os.Stdout, raw)
+}

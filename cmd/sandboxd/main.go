@@ -34,6 +34,8 @@ var commands = map[string]command{
 	"serve":   {"build the sandbox and serve it until stopped", runServe},
 	"exec":    {"run a command inside the running sandbox", runExec},
 	"grade":   {"run the task's verifier and print the verdict", runGrade},
+	"keys":    {"print the generated agent SSH private key", runKeys},
+	"records": {"list the recorded sessions as JSON", runRecords},
 	"status":  {"print the running daemon's state as JSON", runStatus},
 	"stop":    {"stop the running daemon and its sandbox", runStop},
 	"doctor":  {"check that serve can build its sandbox here; name what is missing", runDoctor},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 
@@ -20,6 +21,13 @@ func runServe(ctx context.Context, args []string) int {
 	taskSel := fs.String("task", os.Getenv("SANDBOXD_TASK"), "the task to serve: a task directory, or a task's name under the harness dir (env SANDBOXD_TASK)")
 	var cidrs listFlag
 	fs.Var(&cidrs, "egress-allow-cidr", "open an address range the egress guard refuses, deliberately (repeatable)")
+	listen := fs.String("listen", "0.0.0.0:2222", "SSH listen address in the container's network (\"\" turns SSH off)")
+	hostKey := fs.String("host-key", "", "SSH host key file (default: generated once into the harness dir)")
+	authKeys := fs.String("authorized-keys", "", "agent keys, OpenSSH authorized_keys format (or env SANDBOXD_AUTHORIZED_KEYS; default: a generated key, see `sandboxd keys`)")
+	harnessKeys := fs.String("harness-keys", "", "keys that may run control commands (status, grade, keys, records, stop) over SSH, never a shell")
+	var acceptEnv listFlag
+	fs.Var(&acceptEnv, "accept-env", "env request names (patterns) SSH clients may set, beyond LANG, LC_* and TERM (repeatable)")
+	sessionTimeout := fs.Duration("session-timeout", 0, "kill an SSH session's whole tree after this long (0: never)")
 	if ok, code := parse(fs, args); !ok {
 		return code
 	}
@@ -42,8 +50,22 @@ func runServe(ctx context.Context, args []string) int {
 		Bwrap:         *bwrapPath,
 		HostMode:      *hostMode,
 		Log:           log,
+		SSH: daemon.SSH{
+			Listen:         *listen,
+			HostKey:        *hostKey,
+			AcceptEnv:      acceptEnv,
+			SessionTimeout: *sessionTimeout,
+		},
 	}
-	cfg, err := daemon.Configure(cfg, *taskSel, cidrs, os.LookupEnv)
+	keys, err := readKeys(*authKeys, os.Getenv("SANDBOXD_AUTHORIZED_KEYS"))
+	if err != nil {
+		return fail("serve: %v", err)
+	}
+	cfg.SSH.AuthorizedKeys = keys
+	if cfg.SSH.HarnessKeys, err = readKeys(*harnessKeys, ""); err != nil {
+		return fail("serve: %v", err)
+	}
+	cfg, err = daemon.Configure(cfg, *taskSel, cidrs, os.LookupEnv)
 	if err != nil {
 		log.Error("serve failed", "err", err)
 		return fail("serve: %v", err)
@@ -54,4 +76,19 @@ func runServe(ctx context.Context, args []string) int {
 		return fail("serve: %v", err)
 	}
 	return 0
+}
+
+// readKeys reads a keys file and appends keys given by value (never by a
+// mounted home: lesson 12).
+func readKeys(path, value string) ([]byte, error) {
+	var out []byte
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("read keys: %w", err)
+		}
+		out = append(out, b...)
+		out = append(out, '\n')
+	}
+	return append(out, value...), nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/join"
+	"github.com/sandboxd/sandboxd/pkg/sshd"
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
 
@@ -45,6 +46,7 @@ type Config struct {
 	Hide          []string // more paths absent from the sandbox (trial: the task dir)
 	Devices       []string // devices to bind through when present
 	Network       Network  // per-phase policies and peers
+	SSH           SSH      // the SSH door; its Listen "" turns it off
 	// The served task, when there is one, and what follows from it.
 	Task            *task.Task
 	Tests           string // the task's tests directory, copied afresh for each grading
@@ -75,6 +77,7 @@ type Daemon struct {
 	peers    []placedPeer
 	files    []bwrap.DataFile
 	egress   *egressRuntime
+	ssh      *sshDoor
 
 	mu         sync.Mutex
 	sessions   map[int]*session
@@ -100,6 +103,7 @@ type Status struct {
 	Task         string     `json:"task,omitempty"`
 	Entrypoint   string     `json:"entrypoint,omitempty"`
 	Network      netStatus  `json:"network"`
+	SSH          *sshStatus `json:"ssh,omitempty"`
 	HarnessDir   string     `json:"harness_dir"`
 	Workdir      string     `json:"workdir"`
 	AgentUser    userStatus `json:"agent_user"`
@@ -107,6 +111,12 @@ type Status struct {
 	Degradations []string   `json:"degradations"`
 	Sessions     []session  `json:"sessions"`
 	Uptime       float64    `json:"uptime_sec"`
+}
+
+type sshStatus struct {
+	Listen   string             `json:"listen"`
+	HostKey  string             `json:"host_key"`
+	Sessions []sshd.SessionInfo `json:"sessions"`
 }
 
 type netStatus struct {
@@ -243,6 +253,25 @@ func (d *Daemon) serve(ctx context.Context) error {
 	if err := d.startEntrypoint(ctx); err != nil {
 		return err
 	}
+	door, err := d.startSSH(ctx)
+	if err != nil {
+		return err
+	}
+	d.ssh = door
+	var sshDone chan struct{}
+	if door != nil {
+		sshDone = make(chan struct{})
+		go func() {
+			defer close(sshDone)
+			if err := door.server.Serve(ctx, door.listener); err != nil && ctx.Err() == nil {
+				d.log.Error("ssh stopped", "err", err)
+			}
+		}()
+		defer func() {
+			door.server.Close()
+			<-sshDone
+		}()
+	}
 
 	// The control socket exists only while the sandbox is ready.
 	sock := control.Socket(d.cfg.HarnessDir)
@@ -366,8 +395,12 @@ func (d *Daemon) handle(ctx context.Context, c net.Conn) {
 		d.exec(ctx, conn, c, req)
 	case "grade":
 		d.handleGrade(ctx, conn, req)
+	case "keys":
+		d.handleKeys(conn)
+	case "records":
+		d.handleRecords(conn)
 	default:
-		conn.WriteJSON(control.KindError, control.Failure{Code: 125, Message: fmt.Sprintf("unknown operation %q: this sandboxd (%s) knows exec, grade, status, stop", req.Op, Version)})
+		conn.WriteJSON(control.KindError, control.Failure{Code: 125, Message: fmt.Sprintf("unknown operation %q: this sandboxd (%s) knows exec, grade, keys, records, status, stop", req.Op, Version)})
 	}
 }
 
@@ -393,7 +426,12 @@ func (d *Daemon) Status() Status {
 	}
 	sort.Slice(sessions, func(i, j int) bool { return sessions[i].ID < sessions[j].ID })
 	deg := append(append([]string{}, d.holder.Degradations...), d.warnings...)
+	var sshSt *sshStatus
+	if d.ssh != nil {
+		sshSt = &sshStatus{Listen: d.ssh.listen, HostKey: d.ssh.hostKeyFP, Sessions: d.ssh.server.Sessions()}
+	}
 	return Status{
+		SSH:        sshSt,
 		Version:    Version,
 		Phase:      phase,
 		Task:       taskName,

@@ -94,6 +94,16 @@ func WithTask(cfg Config, t *task.Task, extraCIDRs []netip.Prefix) (Config, erro
 	if cfg.Network.Verifier, err = policy(t.VerifierNetwork()); err != nil {
 		return cfg, err
 	}
+	if t.Sandboxd.Listen != "" {
+		cfg.SSH.Listen = t.Sandboxd.Listen
+	}
+	if t.Sandboxd.AuthorizedKeys != "" {
+		b, err := os.ReadFile(t.Sandboxd.AuthorizedKeys)
+		if err != nil {
+			return cfg, fmt.Errorf("task %s: authorized_keys: %w", t.Name, err)
+		}
+		cfg.SSH.AuthorizedKeys = append(append(cfg.SSH.AuthorizedKeys, '\n'), b...)
+	}
 	for _, p := range t.Sandboxd.Peers {
 		cfg.Network.Peers = append(cfg.Network.Peers, Peer{Name: p.Name, Port: p.Port, Target: p.Target})
 	}

@@ -1,0 +1,214 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/pkg/sshd"
+)
+
+// SSH is how the SSH door is set up.
+type SSH struct {
+	Listen         string // host:port in the substrate's network; "" disables SSH
+	HostKey        string // a private key file; "" generates one into the harness dir
+	AuthorizedKeys []byte // agent keys, OpenSSH authorized_keys format
+	HarnessKeys    []byte // harness keys: control commands only, never a shell
+	AcceptEnv      []string
+	SessionTimeout time.Duration
+}
+
+// sshDoor is the running SSH server and what `keys` prints.
+type sshDoor struct {
+	server     *sshd.Server
+	listener   net.Listener
+	agentKey   []byte // the generated private key, when the agent keys were not given
+	listen     string
+	hostKeyFP  string
+	recordsDir string
+}
+
+// startSSH opens the SSH listener in the substrate's network, which the
+// sandbox's own namespace cannot reach.
+func (d *Daemon) startSSH(ctx context.Context) (*sshDoor, error) {
+	c := d.cfg.SSH
+	if c.Listen == "" {
+		return nil, nil
+	}
+	keysDir := d.harnessPath("keys")
+	if err := os.MkdirAll(keysDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create keys dir: %w", err)
+	}
+	hostKeyPath := c.HostKey
+	if hostKeyPath == "" {
+		hostKeyPath = d.harnessPath("keys", "host_ed25519")
+	}
+	hostKey, err := sshd.LoadOrCreateHostKey(hostKeyPath)
+	if err != nil {
+		return nil, err
+	}
+	door := &sshDoor{listen: c.Listen, recordsDir: d.harnessPath("records")}
+	agentKeys, errs := sshd.ParseAuthorizedKeys(c.AuthorizedKeys)
+	for _, e := range errs {
+		d.log.Warn("agent key refused", "err", e)
+	}
+	if len(agentKeys) == 0 {
+		if len(bytes.TrimSpace(c.AuthorizedKeys)) > 0 {
+			return nil, fmt.Errorf("none of the agent keys given could be used (see the warnings above); fix them or give none to have a key generated")
+		}
+		k, err := sshd.GenerateAgentKey(keysDir)
+		if err != nil {
+			return nil, err
+		}
+		agentKeys = append(agentKeys, k.Authorized())
+		door.agentKey = k.Private
+	}
+	harnessKeys, errs := sshd.ParseAuthorizedKeys(c.HarnessKeys)
+	for _, e := range errs {
+		d.log.Warn("harness key refused", "err", e)
+	}
+	srv, err := sshd.New(sshd.Config{
+		Target:         d.target,
+		Agent:          d.sshAgent,
+		HostKey:        hostKey,
+		AgentKeys:      agentKeys,
+		HarnessKeys:    harnessKeys,
+		AcceptEnv:      c.AcceptEnv,
+		RecordsDir:     door.recordsDir,
+		SessionTimeout: c.SessionTimeout,
+		Harness:        d.harnessCommand,
+		Log:            d.log.With("door", "ssh"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen for SSH on %s: %w (choose another with --listen)", c.Listen, err)
+	}
+	door.server, door.listener = srv, ln
+	door.hostKeyFP = srv.HostKeyFingerprint()
+	door.listen = ln.Addr().String()
+	d.log.Info("ssh listening", "addr", door.listen, "host_key", door.hostKeyFP, "agent_keys", len(agentKeys), "harness_keys", len(harnessKeys))
+	return door, nil
+}
+
+// sshAgent is who an SSH agent session runs as: the agent user, always,
+// whatever login name the client gave.
+func (d *Daemon) sshAgent() (sshd.Agent, error) {
+	if d.holderGone() {
+		return sshd.Agent{}, fmt.Errorf("the sandbox is gone; no session can start")
+	}
+	return sshd.Agent{User: d.agent, Env: d.agentEnv(d.agent, nil), Dir: d.cfg.Workdir}, nil
+}
+
+func (d *Daemon) holderGone() bool {
+	select {
+	case <-d.holder.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// harnessCommand runs one control command for a harness key. Nothing else:
+// a harness key never gets a shell, in the sandbox or the substrate.
+func (d *Daemon) harnessCommand(ctx context.Context, command string, stdout, stderr io.Writer) int {
+	fields := strings.Fields(command)
+	if len(fields) > 0 && (fields[0] == "sandboxd" || strings.HasSuffix(fields[0], "/sandboxd")) {
+		fields = fields[1:]
+	}
+	if len(fields) == 0 {
+		fmt.Fprintln(stderr, "sandboxd: a harness key runs control commands only: status, grade [--timeout DUR], keys, records, stop")
+		return 2
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	switch fields[0] {
+	case "status":
+		enc.Encode(d.Status())
+		return 0
+	case "grade":
+		var timeout time.Duration
+		if len(fields) == 3 && fields[1] == "--timeout" {
+			t, err := time.ParseDuration(fields[2])
+			if err != nil {
+				fmt.Fprintf(stderr, "sandboxd: grade: bad --timeout %q\n", fields[2])
+				return 2
+			}
+			timeout = t
+		}
+		v, err := d.Grade(ctx, timeout)
+		if err != nil {
+			fmt.Fprintf(stderr, "sandboxd: grade: %v\n", err)
+			return 125
+		}
+		enc.Encode(v)
+		return v.Status.ExitCode()
+	case "keys":
+		return d.printKeys(stdout, stderr)
+	case "records":
+		recs, err := d.records()
+		if err != nil {
+			fmt.Fprintf(stderr, "sandboxd: records: %v\n", err)
+			return 125
+		}
+		enc.Encode(recs)
+		return 0
+	case "stop":
+		fmt.Fprintln(stdout, "stopping")
+		d.stop()
+		return 0
+	}
+	fmt.Fprintf(stderr, "sandboxd: %q is not a control command; a harness key may run status, grade, keys, records, stop\n", fields[0])
+	return 2
+}
+
+func (d *Daemon) printKeys(stdout, stderr io.Writer) int {
+	if d.ssh == nil {
+		fmt.Fprintln(stderr, "sandboxd: keys: SSH is off (serve --listen ADDR turns it on)")
+		return 125
+	}
+	if d.ssh.agentKey == nil {
+		fmt.Fprintln(stderr, "sandboxd: keys: the agent keys were given to serve (--authorized-keys or SANDBOXD_AUTHORIZED_KEYS); it holds no private key to print")
+		return 125
+	}
+	stdout.Write(d.ssh.agentKey)
+	return 0
+}
+
+func (d *Daemon) records() ([]sshd.Record, error) {
+	if d.ssh == nil {
+		return nil, nil
+	}
+	return sshd.ReadRecords(d.ssh.recordsDir)
+}
+
+// handleSimple answers keys and records on the control socket.
+func (d *Daemon) handleKeys(conn *control.Conn) {
+	var out, errb bytes.Buffer
+	if code := d.printKeys(&out, &errb); code != 0 {
+		conn.WriteJSON(control.KindError, control.Failure{Code: code, Message: strings.TrimPrefix(strings.TrimSpace(errb.String()), "sandboxd: ")})
+		return
+	}
+	conn.WriteJSON(control.KindJSON, map[string]string{"private_key": out.String()})
+}
+
+func (d *Daemon) handleRecords(conn *control.Conn) {
+	recs, err := d.records()
+	if err != nil {
+		conn.WriteJSON(control.KindError, control.Failure{Code: 125, Message: err.Error()})
+		return
+	}
+	if recs == nil {
+		recs = []sshd.Record{}
+	}
+	conn.WriteJSON(control.KindJSON, recs)
+}
