@@ -38,6 +38,7 @@ var commands = map[string]command{
 	"records": {"list the recorded sessions as JSON", runRecords},
 	"status":  {"print the running daemon's state as JSON", runStatus},
 	"stop":    {"stop the running daemon and its sandbox", runStop},
+	"trial":   {"serve a task on this machine, run an agent, grade, stop", runTrial},
 	"doctor":  {"check that serve can build its sandbox here; name what is missing", runDoctor},
 	"version": {"print the version", runVersion},
 }

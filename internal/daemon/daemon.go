@@ -78,6 +78,7 @@ type Daemon struct {
 	files    []bwrap.DataFile
 	egress   *egressRuntime
 	ssh      *sshDoor
+	onReady  func() // called once everything serves; trial waits for it
 
 	mu         sync.Mutex
 	sessions   map[int]*session
@@ -294,6 +295,9 @@ func (d *Daemon) serve(ctx context.Context) error {
 		}
 	}()
 
+	if d.onReady != nil {
+		d.onReady()
+	}
 	d.log.Info("serving", "control", sock, "sandbox_pid", d.holder.PID, "workdir", d.cfg.Workdir, "agent_uid", d.agent.UID)
 	var wg sync.WaitGroup
 	for {

@@ -1,0 +1,207 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/sandboxd/sandboxd/pkg/bwrap"
+	"github.com/sandboxd/sandboxd/pkg/egress"
+	"github.com/sandboxd/sandboxd/pkg/grade"
+	"github.com/sandboxd/sandboxd/pkg/task"
+)
+
+// Trial is one rollout of one task on this machine, without a container:
+// serve the task, run the agent, grade, stop.
+type Trial struct {
+	TaskDir    string
+	Agent      string // "oracle", "nop", or a command run in the sandbox
+	HarnessDir string // "" is a fresh one under /media, removed afterwards
+	Bwrap      string
+	AllowCIDRs []string
+	Resolver   egress.Resolver // nil is the system's; tests map names to loopback
+	Log        *slog.Logger
+	Stderr     io.Writer // the agent's output, for the person watching
+}
+
+// RunTrial runs the trial and returns the verdict. An error means sandboxd
+// itself failed; the agent's own failure is in the verdict.
+func RunTrial(ctx context.Context, tr Trial) (grade.Verdict, error) {
+	log := tr.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if tr.Stderr == nil {
+		tr.Stderr = io.Discard
+	}
+	harness := tr.HarnessDir
+	if harness == "" {
+		if err := os.MkdirAll("/media", 0o755); err != nil {
+			return grade.Verdict{}, err
+		}
+		dir, err := os.MkdirTemp("/media", "sandboxd-trial-")
+		if err != nil {
+			return grade.Verdict{}, fmt.Errorf("make the trial's harness dir: %w", err)
+		}
+		harness = dir
+		defer os.RemoveAll(dir)
+	}
+	// Marked before anything else, so that a concurrent trial's sandbox
+	// hides it too.
+	if err := os.WriteFile(filepath.Join(harness, bwrap.HarnessMarker), nil, 0o600); err != nil {
+		return grade.Verdict{}, err
+	}
+	taskDir, err := filepath.Abs(tr.TaskDir)
+	if err != nil {
+		return grade.Verdict{}, err
+	}
+	cfg := Config{
+		HarnessDir: harness,
+		Bwrap:      tr.Bwrap,
+		HostMode:   true,
+		Log:        log,
+		SSH:        SSH{Listen: "127.0.0.1:0"},
+	}
+	cfg.Resolver = tr.Resolver
+	cfg, err = Configure(cfg, taskDir, tr.AllowCIDRs, os.LookupEnv)
+	if err != nil {
+		return grade.Verdict{}, err
+	}
+	if cfg.Task == nil {
+		return grade.Verdict{}, fmt.Errorf("%s holds no task.toml", tr.TaskDir)
+	}
+	cfg.SSH.Listen = "127.0.0.1:0" // a task's own listen address is for containers
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	d, err := start(ctx, cfg)
+	if err != nil {
+		return grade.Verdict{}, err
+	}
+	served := make(chan error, 1)
+	ready := make(chan struct{})
+	d.onReady = func() { close(ready) }
+	go func() { served <- d.serve(ctx) }()
+	select {
+	case <-ready:
+	case err := <-served:
+		return grade.Verdict{}, fmt.Errorf("serve ended before it was ready: %v", err)
+	}
+	defer func() {
+		cancel()
+		<-served
+	}()
+
+	if err := runAgent(ctx, d, cfg.Task, tr.Agent, tr.Stderr, log); err != nil {
+		return grade.Verdict{}, err
+	}
+	return d.Grade(ctx, 0)
+}
+
+// runAgent plays the agent under agent.timeout_sec: the oracle feeds
+// solution/solve.sh to `bash -s` through a real SSH session, as the agent
+// user in the workdir; nop does nothing; anything else is a command.
+func runAgent(ctx context.Context, d *Daemon, t *task.Task, agent string, out io.Writer, log *slog.Logger) error {
+	var command string
+	var stdin io.Reader
+	switch agent {
+	case "", "nop":
+		return nil
+	case "oracle":
+		if t.SolutionScript == "" {
+			return fmt.Errorf("task %s has no solution/solve.sh for the oracle", t.Name)
+		}
+		script, err := os.ReadFile(t.SolutionScript)
+		if err != nil {
+			return fmt.Errorf("read the oracle: %w", err)
+		}
+		command = "bash -s"
+		if env := t.SolutionEnv().Environ(); len(env) > 0 {
+			command = "env " + shellQuote(env) + " bash -s"
+		}
+		stdin = bytes.NewReader(script)
+	default:
+		command = agent
+	}
+	timeout := t.Agent.Timeout
+	if timeout <= 0 {
+		timeout = 24 * time.Hour
+	}
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	code, err := sshRun(actx, d, command, stdin, out)
+	if actx.Err() == context.DeadlineExceeded {
+		// Harbor kills nothing at the agent's timeout: grading follows with
+		// the agent's processes alive.
+		log.Warn("agent timed out; grading anyway", "timeout", timeout)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("agent session: %w", err)
+	}
+	log.Info("agent finished", "agent", agent, "exit", code, "duration_sec", time.Since(start).Seconds())
+	return nil
+}
+
+// sshRun runs command over one SSH session to the daemon's own door, as a
+// harness would.
+func sshRun(ctx context.Context, d *Daemon, command string, stdin io.Reader, out io.Writer) (int, error) {
+	if d.ssh == nil || d.ssh.agentKey == nil {
+		return 0, errors.New("the trial's SSH door has no agent key")
+	}
+	signer, err := ssh.ParsePrivateKey(d.ssh.agentKey)
+	if err != nil {
+		return 0, err
+	}
+	var dialer net.Dialer
+	nc, err := dialer.DialContext(ctx, "tcp", d.ssh.listen)
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	go func() { <-ctx.Done(); nc.Close() }()
+	cc, chans, reqs, err := ssh.NewClientConn(nc, d.ssh.listen, &ssh.ClientConfig{
+		User:            "agent",
+		Auth:            []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback: ssh.InsecureIgnoreHostKey(), // our own door, on loopback, this very process
+	})
+	if err != nil {
+		return 0, err
+	}
+	client := ssh.NewClient(cc, chans, reqs)
+	defer client.Close()
+	sess, err := client.NewSession()
+	if err != nil {
+		return 0, err
+	}
+	defer sess.Close()
+	sess.Stdout, sess.Stderr, sess.Stdin = out, out, stdin
+	err = sess.Run(command)
+	var ee *ssh.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitStatus(), nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return 0, nil
+}
+
+func shellQuote(words []string) string {
+	q := make([]string, len(words))
+	for i, w := range words {
+		q[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+	}
+	return strings.Join(q, " ")
+}
