@@ -291,3 +291,7 @@ func freePort(t testing.TB) int {
 func sandboxID(t testing.TB, ts *testServer) string {
 	return fmt.Sprintf("%d:%d", ts.agentUser.UID, ts.agentUser.GID)
 }
+
+func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
