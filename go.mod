@@ -16,5 +16,6 @@ require (
 require (
 	github.com/kr/fs v0.1.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/term v0.48.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
 )

@@ -10,6 +10,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"golang.org/x/term"
+
 	"github.com/sandboxd/sandboxd/internal/control"
 )
 
@@ -34,6 +36,39 @@ func runExec(ctx context.Context, args []string) int {
 	streams := control.Streams{Stdout: os.Stdout, Stderr: os.Stderr}
 	if *stdin {
 		streams.Stdin = os.Stdin
+	}
+	if *tty {
+		req.Term = os.Getenv("TERM")
+		if req.Term == "" {
+			req.Term = "xterm"
+		}
+		fd := int(os.Stdin.Fd())
+		if term.IsTerminal(fd) {
+			if cols, rows, err := term.GetSize(fd); err == nil {
+				req.Cols, req.Rows = cols, rows
+			}
+			if *stdin {
+				// The remote terminal does the echoing and line editing.
+				if old, err := term.MakeRaw(fd); err == nil {
+					defer term.Restore(fd, old)
+				}
+			}
+			resizes := make(chan control.Resize, 1)
+			winch := make(chan os.Signal, 1)
+			signal.Notify(winch, syscall.SIGWINCH)
+			defer signal.Stop(winch)
+			go func() {
+				for range winch {
+					if cols, rows, err := term.GetSize(fd); err == nil {
+						select {
+						case resizes <- control.Resize{Cols: cols, Rows: rows}:
+						default:
+						}
+					}
+				}
+			}()
+			streams.Resize = resizes
+		}
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)

@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/join"
+	"github.com/sandboxd/sandboxd/pkg/ptyrelay"
 	"github.com/sandboxd/sandboxd/pkg/sshd"
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
@@ -79,6 +80,9 @@ type Daemon struct {
 	egress   *egressRuntime
 	ssh      *sshDoor
 	onReady  func() // called once everything serves; trial waits for it
+	// leftovers keeps reading the output of background processes that
+	// outlive their exec, so they never die of SIGPIPE.
+	leftovers *ptyrelay.Leftovers
 
 	mu         sync.Mutex
 	sessions   map[int]*session
@@ -165,7 +169,7 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 		cfg.Workdir = "/"
 	}
 	cfg.HarnessDir = filepath.Clean(cfg.HarnessDir)
-	d := &Daemon{cfg: cfg, log: cfg.Log, sessions: map[int]*session{}, started: time.Now()}
+	d := &Daemon{cfg: cfg, log: cfg.Log, sessions: map[int]*session{}, started: time.Now(), leftovers: &ptyrelay.Leftovers{}}
 
 	agent, err := idmap.Lookup("/", cfg.AgentUser)
 	if err != nil {
@@ -314,6 +318,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 	stop()
 	d.holder.Kill()
 	wg.Wait()
+	d.leftovers.Close()
 	if holderDied != nil {
 		return holderDied
 	}

@@ -2,25 +2,18 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/join"
+	"github.com/sandboxd/sandboxd/pkg/ptyrelay"
 )
-
-// drainAfterExit bounds how long output is still relayed after the command's
-// leader has exited. Completion is the leader's exit, not pipe EOF (lesson 41):
-// a background process that kept the pipe would otherwise hold the session
-// forever. What it writes later is read and dropped, so it never gets SIGPIPE.
-const drainAfterExit = 200 * time.Millisecond
 
 // exec runs one `sandboxd exec` request.
 func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req control.Request) {
@@ -31,10 +24,6 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 	}
 	if len(req.Argv) == 0 {
 		fail(125, "no command given: write `sandboxd exec -- COMMAND [ARG...]`")
-		return
-	}
-	if req.TTY {
-		fail(125, "a terminal (-t) is not available on the control socket of this build; use ssh -t")
 		return
 	}
 	user := d.agent
@@ -67,45 +56,28 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 	}
 	env := d.agentEnv(user, req.Env)
 
-	st, err := d.target.Command(join.Spec{User: user, Env: env, Dir: dir, Argv: req.Argv})
-	if err != nil {
-		fail(125, "%v", err)
-		return
+	var stdinR *io.PipeReader
+	var stdinW *io.PipeWriter
+	if req.Stdin || req.TTY {
+		stdinR, stdinW = io.Pipe()
+		defer stdinW.Close()
 	}
-	stdoutR, stdoutW, err := os.Pipe()
-	if err != nil {
-		fail(125, "pipe: %v", err)
-		return
+	cfg := ptyrelay.Config{
+		Target:    d.target,
+		Spec:      join.Spec{User: user, Env: env, Dir: dir, Argv: req.Argv},
+		Stdout:    control.Writer{C: conn, Kind: control.KindStdout},
+		Stderr:    control.Writer{C: conn, Kind: control.KindStderr},
+		Leftovers: d.leftovers,
+		Log:       d.log,
 	}
-	stderrR, stderrW, err := os.Pipe()
-	if err != nil {
-		stdoutR.Close()
-		stdoutW.Close()
-		fail(125, "pipe: %v", err)
-		return
+	if stdinR != nil {
+		cfg.Stdin = stdinR
 	}
-	var stdinW *os.File
-	if req.Stdin {
-		r, w, err := os.Pipe()
-		if err != nil {
-			fail(125, "pipe: %v", err)
-			return
-		}
-		st.Cmd.Stdin, stdinW = r, w
-		defer r.Close()
+	if req.TTY {
+		cfg.PTY = &ptyrelay.PTY{Term: req.Term, Size: ptyrelay.Size{Cols: uint32(req.Cols), Rows: uint32(req.Rows)}}
 	}
-	st.Cmd.Stdout, st.Cmd.Stderr = stdoutW, stderrW
-
-	proc, err := st.Start()
-	stdoutW.Close()
-	stderrW.Close()
+	sess, err := ptyrelay.Start(cfg)
 	if err != nil {
-		st.Cmd.Wait()
-		stdoutR.Close()
-		stderrR.Close()
-		if stdinW != nil {
-			stdinW.Close()
-		}
 		var se *join.SetupError
 		if errors.As(err, &se) {
 			fail(se.Code, "%s", se.Msg)
@@ -114,18 +86,11 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 		fail(125, "%v", err)
 		return
 	}
-	id := d.addSession(session{Argv: req.Argv, User: user.UID, PID: proc.PID, Started: time.Now(), Via: "control"})
+	id := d.addSession(session{Argv: req.Argv, User: user.UID, PID: sess.PID(), TTY: req.TTY, Started: time.Now(), Via: "control"})
 	defer d.removeSession(id)
 
-	out := &gatedWriter{w: control.Writer{C: conn, Kind: control.KindStdout}}
-	errw := &gatedWriter{w: control.Writer{C: conn, Kind: control.KindStderr}}
-	var relays sync.WaitGroup
-	relays.Add(2)
-	go func() { defer relays.Done(); io.Copy(out, stdoutR); stdoutR.Close() }()
-	go func() { defer relays.Done(); io.Copy(errw, stderrR); stderrR.Close() }()
-
-	// The client's frames: stdin, EOF, signals. A vanished client ends the
-	// session's tree.
+	// The client's frames: stdin, EOF, window sizes, signals. A vanished
+	// client ends the session's tree.
 	clientGone := make(chan struct{})
 	go func() {
 		defer close(clientGone)
@@ -143,16 +108,19 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 				if stdinW != nil {
 					stdinW.Close()
 				}
+			case control.KindResize:
+				var r control.Resize
+				if json.Unmarshal(payload, &r) == nil {
+					sess.Resize(ptyrelay.Size{Cols: uint32(r.Cols), Rows: uint32(r.Rows)})
+				}
 			case control.KindSignal:
-				if sig, ok := signalByName(string(payload)); ok {
-					proc.Signal(sig)
+				if sig, ok := ptyrelay.ParseSignal(string(payload)); ok {
+					sess.Signal(sig)
 				}
 			}
 		}
 	}()
 
-	waited := make(chan error, 1)
-	go func() { waited <- st.Cmd.Wait() }()
 	var timer <-chan time.Time
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
@@ -160,39 +128,18 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 		timer = t.C
 	}
 	timedOut := false
-	var werr error
 	select {
-	case werr = <-waited:
+	case <-sess.Done():
 	case <-timer:
 		timedOut = true
-		proc.KillTree()
-		werr = <-waited
+		sess.Kill()
 	case <-clientGone:
-		proc.KillTree()
-		werr = <-waited
+		sess.Kill()
 	case <-ctx.Done():
-		proc.KillTree()
-		werr = <-waited
+		sess.Kill()
 	}
-	if stdinW != nil {
-		stdinW.Close()
-	}
-	relayed := make(chan struct{})
-	go func() { relays.Wait(); close(relayed) }()
-	select {
-	case <-relayed:
-	case <-time.After(drainAfterExit):
-		out.discard()
-		errw.discard()
-	}
-	code, sig, ok := join.ExitStatus(werr)
-	exit := control.Exit{Code: code, TimedOut: timedOut}
-	if !ok {
-		exit.Code = 125
-	}
-	if sig != 0 {
-		exit.Signal = signalName(sig)
-	}
+	e := sess.Wait()
+	exit := control.Exit{Code: e.Code, Signal: e.SignalName(), TimedOut: timedOut}
 	if timedOut {
 		exit.Code = 124
 	}
@@ -213,32 +160,6 @@ func cutEnv(kv string) (string, string, bool) {
 	return "", "", false
 }
 
-// gatedWriter forwards to w until discard is called, then drops everything:
-// late output of background processes must not follow the exit frame.
-type gatedWriter struct {
-	mu   sync.Mutex
-	w    io.Writer
-	gone bool
-}
-
-func (g *gatedWriter) Write(p []byte) (int, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.gone {
-		return len(p), nil
-	}
-	if _, err := g.w.Write(p); err != nil {
-		g.gone = true // the client left: keep draining so writers never block
-	}
-	return len(p), nil
-}
-
-func (g *gatedWriter) discard() {
-	g.mu.Lock()
-	g.gone = true
-	g.mu.Unlock()
-}
-
 func (d *Daemon) addSession(s session) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -252,26 +173,4 @@ func (d *Daemon) removeSession(id int) {
 	d.mu.Lock()
 	delete(d.sessions, id)
 	d.mu.Unlock()
-}
-
-var signals = map[string]syscall.Signal{
-	"HUP": syscall.SIGHUP, "INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT, "KILL": syscall.SIGKILL,
-	"TERM": syscall.SIGTERM, "USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "ALRM": syscall.SIGALRM,
-	"ABRT": syscall.SIGABRT, "PIPE": syscall.SIGPIPE, "STOP": syscall.SIGSTOP, "CONT": syscall.SIGCONT,
-	"TSTP": syscall.SIGTSTP, "WINCH": syscall.SIGWINCH, "SEGV": syscall.SIGSEGV, "ILL": syscall.SIGILL,
-	"FPE": syscall.SIGFPE, "BUS": syscall.SIGBUS, "TRAP": syscall.SIGTRAP,
-}
-
-func signalByName(name string) (syscall.Signal, bool) {
-	s, ok := signals[name]
-	return s, ok
-}
-
-func signalName(sig syscall.Signal) string {
-	for n, s := range signals {
-		if s == sig {
-			return n
-		}
-	}
-	return fmt.Sprint(int(sig))
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxd/sandboxd/pkg/grade"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/join"
+	"github.com/sandboxd/sandboxd/pkg/ptyrelay"
 )
 
 // ErrNoTask means grading was asked of a serve that has no task.
@@ -121,7 +122,7 @@ func (d *Daemon) startEntrypoint(ctx context.Context) error {
 		code, sig, _ := join.ExitStatus(err)
 		state := fmt.Sprintf("exited %d", code)
 		if sig != 0 {
-			state = "killed by " + signalName(sig)
+			state = "killed by " + ptyrelay.SignalName(sig)
 		}
 		d.entrypointState(state)
 		if ctx.Err() == nil {
