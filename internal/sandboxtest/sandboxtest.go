@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -115,4 +116,16 @@ func HarnessDir(t testing.TB) string {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, bwrap.HarnessMarker), nil, 0o600))
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
+}
+
+// SharedTests serializes, across test binaries, the tests that create or
+// assert the absence of /tests in the shared filesystem: grading makes an
+// empty /tests mount point there while a verifier runs, and `go test ./...`
+// runs packages in parallel.
+func SharedTests(t testing.TB) {
+	t.Helper()
+	f, err := os.OpenFile("/run/sandboxd-tests-slash-tests.lock", os.O_CREATE|os.O_RDWR, 0o600)
+	require.NoError(t, err)
+	require.NoError(t, syscall.Flock(int(f.Fd()), syscall.LOCK_EX))
+	t.Cleanup(func() { f.Close() })
 }

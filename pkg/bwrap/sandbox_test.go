@@ -37,6 +37,7 @@ func harnessConfig(t *testing.T) (bwrap.Config, string) {
 // Lesson 13: the harness dir is absent, not empty; its siblings stay; /tests
 // does not exist; /logs/verifier is an empty mask.
 func TestLesson13_HarnessAbsentSiblingsKept(t *testing.T) {
+	sandboxtest.SharedTests(t)
 	cfg, harness := harnessConfig(t)
 	sibling, err := os.MkdirTemp("/media", "sibling-")
 	require.NoError(t, err)
