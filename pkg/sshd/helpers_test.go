@@ -63,6 +63,7 @@ type options struct {
 	dir         string // override the agent's working directory
 	acceptEnv   []string
 	maxSessions int
+	handshake   time.Duration
 }
 
 // newKey writes an ed25519 private key usable by OpenSSH and returns its
@@ -132,6 +133,7 @@ func startServer(t testing.TB, o options) *testServer {
 		RecordsDir:         ts.recordsDir,
 		SessionTimeout:     o.timeout,
 		MaxSessionsPerConn: o.maxSessions,
+		HandshakeTimeout:   o.handshake,
 		Harness: func(ctx context.Context, command string, stdout, stderr io.Writer) int {
 			ts.harnessLog.mu.Lock()
 			ts.harnessLog.calls = append(ts.harnessLog.calls, command)
