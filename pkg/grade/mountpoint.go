@@ -105,12 +105,14 @@ func acquireTestsDir(ctx context.Context, log *slog.Logger) (*mountPoint, error)
 func (mp *mountPoint) release(log *slog.Logger) {
 	defer unix.Close(mp.fd)
 	if !mp.locked || unix.Flock(mp.fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+		log.Debug("grade: /tests stays: another visitor holds it")
 		return
 	}
 	var st unix.Stat_t
 	err := unix.Fstatat(unix.AT_FDCWD, testsMount, &st, unix.AT_SYMLINK_NOFOLLOW)
 	if err != nil || st.Dev != mp.dev || st.Ino != mp.ino || st.Mode != unix.S_IFDIR|testsDirMode || st.Uid != 0 {
-		return // not ours: leave it
+		log.Debug("grade: /tests stays: not the empty directory a grader made", "mode", fmt.Sprintf("%#o", st.Mode), "uid", st.Uid, "err", err)
+		return
 	}
 	if err := unix.Rmdir(testsMount); err != nil {
 		log.Warn("grade: could not remove the /tests mount point", "err", err)
