@@ -193,3 +193,5 @@ func TestLesson35_PeerReachedByNameWithRedisCLI(t *testing.T) {
 func execPython(script string) (req control.Request) {
 	return control.Request{Argv: []string{"/usr/bin/python3", "-c", script}}
 }
+
+func controlReq(argv ...string) control.Request { return control.Request{Argv: argv} }

@@ -112,6 +112,25 @@ func (p *mountPlan) path(abs string) string { return filepath.Join(p.root, abs) 
 // deeper rebuild happens inside the view the shallower one made.
 func (p *mountPlan) hide(a *Args) error {
 	byParent := map[string]map[string]bool{}
+	// A data file must never be created in the shared filesystem as a mount
+	// point (the verifier shares it, and it would outlive the sandbox): where
+	// its path does not exist, its parent is rebuilt like a hidden path's,
+	// with nothing left out, and the file appears only inside that tmpfs.
+	for _, f := range p.cfg.Files {
+		if _, err := os.Lstat(p.path(f.Path)); err == nil {
+			continue
+		}
+		parent := filepath.Dir(filepath.Clean(f.Path))
+		if parent == "/" {
+			return fmt.Errorf("data file %s: cannot add a file directly under /", f.Path)
+		}
+		if st, err := os.Stat(p.path(parent)); err != nil || !st.IsDir() {
+			return fmt.Errorf("data file %s: its directory does not exist", f.Path)
+		}
+		if byParent[parent] == nil {
+			byParent[parent] = map[string]bool{}
+		}
+	}
 	for _, h := range p.cfg.Hide {
 		h = filepath.Clean(h)
 		if !filepath.IsAbs(h) {

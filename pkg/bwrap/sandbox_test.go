@@ -261,3 +261,16 @@ func countChildren() int {
 	}
 	return n
 }
+
+// A data file whose path does not exist is never created in the shared
+// filesystem: its directory is rebuilt in the sandbox's view only.
+func TestDataFileNeverWrittenIntoSharedFilesystem(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "existing.conf"), []byte("kept\n"), 0o644))
+	sb := sandboxtest.Start(t, bwrap.Config{Files: []bwrap.DataFile{{Path: filepath.Join(dir, "added.conf"), Data: []byte("only inside\n"), ReadOnly: true}}})
+	r := sb.Sh(t, "0", "cat "+filepath.Join(dir, "added.conf")+" "+filepath.Join(dir, "existing.conf"))
+	require.Equal(t, 0, r.Code, r.Stderr)
+	assert.Equal(t, "only inside\nkept\n", r.Stdout)
+	_, err := os.Lstat(filepath.Join(dir, "added.conf"))
+	assert.True(t, os.IsNotExist(err), "the file exists in the substrate")
+}
