@@ -1,0 +1,139 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
+	"github.com/sandboxd/sandboxd/pkg/grade"
+)
+
+// taskDir writes a task whose test.sh is script and returns its directory.
+func taskDir(t *testing.T, toml, script string) string {
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "tests"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "task.toml"), []byte(toml), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "instruction.md"), []byte("do the thing\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tests", "test.sh"), []byte("#!/bin/bash\n"+script), 0o644))
+	return dir
+}
+
+// serveTask serves the task at dir in this process.
+func serveTask(t *testing.T, dir string, cfg Config, allowCIDRs ...string) *served {
+	sandboxtest.RequireRoot(t)
+	sandboxtest.SharedTests(t)
+	cfg.HarnessDir = sandboxtest.HarnessDir(t)
+	cfg.Log = slog.New(slog.DiscardHandler)
+	cfg, err := Configure(cfg, dir, allowCIDRs, func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	return serveForTest(t, cfg)
+}
+
+func gradeNow(t *testing.T, s *served) grade.Verdict {
+	v, err := s.d.Grade(context.Background(), 0)
+	require.NoError(t, err)
+	return v
+}
+
+// Lesson 16: the daemon stays root while the agent is not; grading (as the
+// verifier's own user) can still make /tests and its verdict.
+func TestLesson16_DaemonStaysRootPhasesDropOnTheirOwn(t *testing.T) {
+	work := t.TempDir()
+	require.NoError(t, os.Chmod(work, 0o777))
+	dir := taskDir(t, fmt.Sprintf("[agent]\nuser = \"4321:4321\"\n[environment]\nworkdir = %q\n", work),
+		`stat -c %u made-by-agent > /logs/verifier/owner; id -u > /logs/verifier/verifier; echo 1 > /logs/verifier/reward.txt`)
+	s := serveTask(t, dir, Config{})
+	r := s.sh(t, "id -u; touch made-by-agent")
+	require.Equal(t, 0, r.exit.Code, r.stderr)
+	assert.Equal(t, "4321\n", r.stdout)
+	v := gradeNow(t, s)
+	require.Equal(t, grade.StatusGraded, v.Status, v.Message+v.StdoutTail)
+	owner, _ := os.ReadFile("/logs/verifier/owner")
+	verifier, _ := os.ReadFile("/logs/verifier/verifier")
+	assert.Equal(t, "4321\n", string(owner))
+	assert.Equal(t, "0\n", string(verifier), "the verifier runs as the image user (root) by default")
+	assert.Equal(t, 0, os.Getuid())
+}
+
+// Lesson 18: the verifier gets image env + environment.env + verifier.env,
+// never agent.env; the agent never gets verifier.env.
+func TestLesson18_VerifierEnvIsItsOwn(t *testing.T) {
+	dir := taskDir(t, `[environment.env]
+SHARED = "env"
+[agent.env]
+AGENT_ONLY = "agent"
+[verifier.env]
+VERIFIER_ONLY = "verifier"
+`, `env > /logs/verifier/env.txt; echo 1 > /logs/verifier/reward.txt`)
+	s := serveTask(t, dir, Config{})
+	r := s.sh(t, "env")
+	assert.Contains(t, r.stdout, "SHARED=env\n")
+	assert.Contains(t, r.stdout, "AGENT_ONLY=agent\n")
+	assert.NotContains(t, r.stdout, "VERIFIER_ONLY")
+	v := gradeNow(t, s)
+	require.Equal(t, grade.StatusGraded, v.Status, v.Message)
+	env, err := os.ReadFile("/logs/verifier/env.txt")
+	require.NoError(t, err)
+	assert.Contains(t, string(env), "SHARED=env\n")
+	assert.Contains(t, string(env), "VERIFIER_ONLY=verifier\n")
+	assert.Contains(t, string(env), "PATH=", "a verifier under env -i once had no PATH")
+	assert.NotContains(t, string(env), "AGENT_ONLY")
+}
+
+// Lesson 33: the verifier uses its own allowlist, through the visitor port,
+// while the agent had no network at all.
+func TestLesson33_VerifierOwnAllowlist(t *testing.T) {
+	port := upstream(t, "tool-binary")
+	dir := taskDir(t, `[agent]
+network_mode = "no-network"
+[verifier]
+network_mode = "allowlist"
+allowed_hosts = ["tools.test"]
+`, fmt.Sprintf(`out=$(curl -sS --max-time 10 http://tools.test:%d/) && [ "$out" = tool-binary ] && echo 1 > /logs/verifier/reward.txt || { echo "got: $out"; echo 0 > /logs/verifier/reward.txt; }`, port))
+	s := serveTask(t, dir, Config{Resolver: fakeResolver{"tools.test": "127.0.0.1"}}, "127.0.0.0/8")
+	r := s.sh(t, fmt.Sprintf("curl -sS --max-time 5 http://tools.test:%d/ 2>&1; env | grep -ci proxy", port))
+	assert.NotContains(t, r.stdout, "tool-binary")
+	v := gradeNow(t, s)
+	require.Equal(t, grade.StatusGraded, v.Status, v.Message+v.StdoutTail)
+	assert.Equal(t, map[string]float64{"reward": 1}, v.Reward, v.StdoutTail)
+}
+
+// Lesson 43: the agent's server is alive while the verifier runs and
+// answers it on the sandbox's loopback.
+func TestLesson43_AgentServerAnswersVerifier(t *testing.T) {
+	dir := taskDir(t, "", `exec 3<>/dev/tcp/127.0.0.1/6665 && echo ping >&3 && read -r line <&3 && [ "$line" = pong ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt`)
+	s := serveTask(t, dir, Config{})
+	r := s.exec(t, execPython(`
+import os, socket
+if os.fork() == 0:
+    os.setsid()
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 6665)); s.listen(5)
+    os.close(0); os.close(1); os.close(2)
+    while True:
+        c, _ = s.accept(); c.recv(100); c.sendall(b"pong\n"); c.close()
+print("started")
+`), "")
+	require.Equal(t, 0, r.exit.Code, r.stderr)
+	v := gradeNow(t, s)
+	require.Equal(t, grade.StatusGraded, v.Status, v.Message)
+	assert.Equal(t, map[string]float64{"reward": 1}, v.Reward, v.StdoutTail)
+	// And again: grading twice in one rollout works, the server still there.
+	v = gradeNow(t, s)
+	assert.Equal(t, map[string]float64{"reward": 1}, v.Reward)
+}
+
+func TestGradeWithoutTaskSaysWhatToDo(t *testing.T) {
+	s := serveForTest(t, Config{})
+	_, err := s.d.Grade(context.Background(), 0)
+	require.ErrorIs(t, err, ErrNoTask)
+	assert.Contains(t, err.Error(), "--task")
+}
