@@ -9,10 +9,16 @@ cd "$(dirname "$0")/.."
 
 bins=$(mktemp -d /tmp/sandboxd-container-tests.XXXX)
 trap 'rm -rf "$bins"' EXIT
-pkgs=(./pkg/bwrap ./pkg/join ./internal/daemon)
+pkgs=(./pkg/bwrap ./pkg/join ./pkg/grade ./internal/daemon)
 for p in "${pkgs[@]}"; do
   CGO_ENABLED=0 go test -c -o "$bins/$(basename "$p").test" "$p"
 done
+
+# These tests drive clients the minimal base images do not carry (curl,
+# python3, redis, git, pip, go); they run on the host in `make test`. The
+# container runs are about the sandbox itself on bwrap 0.4.1 and 0.8 under
+# Docker's default capabilities.
+skip='TestClients_|TestEgress_|TestLesson3[03456]_|TestDirectConnectionsFail|TestLesson4[35]_'
 
 status=0
 for suite in ${SANDBOXD_SUITES:-bullseye bookworm}; do
@@ -26,7 +32,7 @@ for suite in ${SANDBOXD_SUITES:-bullseye bookworm}; do
       --security-opt apparmor=unconfined \
       -e SANDBOXD_REQUIRE_PRIVILEGED=1 \
       -v "$bins:/opt/sandboxd-tests:ro" \
-      "$image" /opt/sandboxd-tests/"$t".test -test.count=1 -test.timeout=10m || status=1
+      "$image" /opt/sandboxd-tests/"$t".test -test.count=1 -test.timeout=10m -test.skip "$skip" || status=1
   done
 done
 exit $status

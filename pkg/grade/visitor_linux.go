@@ -298,11 +298,13 @@ func bindReadOnly(path string) error {
 	if err == nil {
 		return nil
 	}
-	if err != unix.ENOSYS {
+	// ENOSYS before Linux 5.12; EPERM where a seccomp profile predates the
+	// call (Docker 20.10's default, and ours derived from it, deny it).
+	if err != unix.ENOSYS && err != unix.EPERM {
 		return fmt.Errorf("make %s read-only: %w", path, err)
 	}
-	// Before Linux 5.12: remount the top of the tree, keeping the flags the
-	// user namespace locked (a remount that drops one is refused).
+	// Remount the top of the tree, keeping the flags the user namespace
+	// locked (a remount that drops one is refused).
 	var sfs unix.Statfs_t
 	if err := unix.Statfs(path, &sfs); err != nil {
 		return fmt.Errorf("make %s read-only: %w", path, err)
