@@ -81,6 +81,14 @@ func RunTrial(ctx context.Context, tr Trial) (grade.Verdict, error) {
 		return grade.Verdict{}, fmt.Errorf("%s holds no task.toml", tr.TaskDir)
 	}
 	cfg.SSH.Listen = "127.0.0.1:0" // a task's own listen address is for containers
+	// An image has its WORKDIR; on a bare machine the trial makes it, and
+	// removes it afterwards so that the next trial starts from nothing.
+	if _, err := os.Stat(cfg.Workdir); os.IsNotExist(err) {
+		if err := os.MkdirAll(cfg.Workdir, 0o755); err != nil {
+			return grade.Verdict{}, fmt.Errorf("make the task's workdir %s: %w", cfg.Workdir, err)
+		}
+		defer os.RemoveAll(cfg.Workdir)
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
