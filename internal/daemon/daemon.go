@@ -169,6 +169,13 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 		cfg.Workdir = "/"
 	}
 	cfg.HarnessDir = filepath.Clean(cfg.HarnessDir)
+	// Harbor's default is public; a phase without its own policy inherits.
+	if cfg.Network.Agent.Mode == "" {
+		cfg.Network.Agent.Mode = egress.Public
+	}
+	if cfg.Network.Verifier.Mode == "" {
+		cfg.Network.Verifier = cfg.Network.Agent
+	}
 	d := &Daemon{cfg: cfg, log: cfg.Log, sessions: map[int]*session{}, started: time.Now(), leftovers: &ptyrelay.Leftovers{}}
 
 	agent, err := idmap.Lookup("/", cfg.AgentUser)
@@ -176,14 +183,6 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("agent user: %w", err)
 	}
 	d.agent = agent
-	if cfg.Network.Agent.Mode == "" {
-		cfg.Network.Agent.Mode = egress.Public
-		d.cfg.Network.Agent.Mode = egress.Public
-	}
-	if cfg.Network.Verifier.Mode == "" {
-		cfg.Network.Verifier = cfg.Network.Agent
-		d.cfg.Network.Verifier = cfg.Network.Agent
-	}
 	if d.peers, err = placePeers(cfg.Network.Peers); err != nil {
 		return nil, err
 	}
