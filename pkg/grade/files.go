@@ -76,10 +76,14 @@ func mkdirAll(abs string, mode uint32, flags int) (int, error) {
 	return openDir(abs, flags)
 }
 
+// errNotDirectory marks a path where a directory must be but something else
+// is: in the shared filesystem, something the agent put there.
+var errNotDirectory = errors.New("a symlink or a file where a directory must be")
+
 // noFollowErr explains the errors O_NOFOLLOW|O_DIRECTORY give for a symlink.
 func noFollowErr(err error) error {
 	if err == unix.ELOOP || err == unix.ENOTDIR {
-		return fmt.Errorf("%w (a symlink or a file where a directory must be)", err)
+		return fmt.Errorf("%w (%w)", err, errNotDirectory)
 	}
 	return err
 }

@@ -87,9 +87,18 @@ func Run(ctx context.Context, cfg Config) (Verdict, error) {
 	defer ws.close(log)
 	log = log.With("grade", ws.n)
 
+	// The two mount points are in the shared filesystem, where a root agent
+	// can put a symlink or a file instead: that is the agent's doing, and
+	// the verdict says so rather than sandboxd failing.
+	planted := func(err error) (Verdict, error) {
+		if errors.Is(err, errNotDirectory) {
+			return Verdict{Status: StatusError, ExitCode: -1, Message: "the tests were not run: " + err.Error() + "; something in the sandbox replaced it"}, nil
+		}
+		return internal(err)
+	}
 	mp, err := acquireTestsDir(ctx, log)
 	if err != nil {
-		return internal(err)
+		return planted(err)
 	}
 	defer mp.release(log)
 	// /logs/verifier exists in any Harbor image (a host mount); bwrap makes
@@ -97,7 +106,7 @@ func Run(ctx context.Context, cfg Config) (Verdict, error) {
 	// a symlink the agent planted on the way.
 	vfd, err := mkdirAll(verdictMount, 0o755, unix.O_PATH)
 	if err != nil {
-		return internal(fmt.Errorf("grade: the %s mount point: %w", verdictMount, err))
+		return planted(fmt.Errorf("the %s mount point: %w", verdictMount, err))
 	}
 	var vst unix.Stat_t
 	err = unix.Fstat(vfd, &vst)

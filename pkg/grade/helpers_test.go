@@ -94,6 +94,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // hold one of its own: that one is locked, and is not a leftover.
 func testsLeftAsFound(t *testing.T) {
 	t.Helper()
+	sandboxtest.SharedTests(t)
 	_, err := os.Lstat("/tests")
 	existed := err == nil
 	t.Cleanup(func() {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
@@ -409,6 +410,7 @@ bad=""
 test -w /proc/sys/kernel/core_pattern && bad="$bad core_pattern"
 test -w /proc/sysrq-trigger && bad="$bad sysrq-trigger"
 test -w /sys/kernel && bad="$bad /sys"
+for m in $(awk '$2 ~ "^/sys/" { print $2 }' /proc/self/mounts); do test -w "$m" && bad="$bad $m"; done
 [ -e /proc/kcore ] && [ -s /proc/kcore ] && bad="$bad kcore"
 [ -n "$bad" ] && echo "writable or visible:$bad"
 if [ -n "$bad" ]; then echo 0; else echo 1; fi > /logs/verifier/reward.txt
@@ -530,4 +532,35 @@ func TestSandboxGoneIsInternalError(t *testing.T) {
 	require.Error(t, err)
 	assert.Equal(t, grade.StatusError, v.Status)
 	assert.Nil(t, v.Reward)
+}
+
+// A root agent that plants a symlink at /tests before grading gets the
+// tests run nowhere near it: grading stops with verifier_error, the symlink's
+// target is neither run nor written, and the symlink is left as it was.
+func TestPlantedTestsSymlinkChangesNothing(t *testing.T) {
+	w := newWorld(t)
+	fake := t.TempDir()
+	ran := filepath.Join(fake, "ran")
+	require.NoError(t, os.WriteFile(filepath.Join(fake, "test.sh"), []byte("#!/bin/sh\ntouch "+ran+"\necho 1 > /logs/verifier/reward.txt\n"), 0o755))
+	sandboxtest.SharedTests(t)
+	if err := os.Symlink(fake, "/tests"); err != nil {
+		msg := fmt.Sprintf("cannot plant /tests (%v): a /tests left in this machine's root filesystem is what an agent would see; remove it", err)
+		if sandboxtest.Strict() {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	t.Cleanup(func() { os.Remove("/tests") })
+
+	v, err := grade.Run(context.Background(), w.config(t, w.tests(t, "#!/bin/sh\necho 0 > /logs/verifier/reward.txt\n", nil)))
+	require.NoError(t, err, "an agent's doing is not sandboxd's failure")
+	assert.Equal(t, grade.StatusError, v.Status)
+	assert.Contains(t, v.Message, "/tests")
+	assert.Nil(t, v.Reward)
+	_, err = os.Stat(ran)
+	assert.True(t, os.IsNotExist(err), "the planted test.sh ran")
+	target, err := os.Readlink("/tests")
+	require.NoError(t, err)
+	assert.Equal(t, fake, target)
+	require.NoError(t, os.Remove("/tests"))
 }

@@ -62,7 +62,7 @@ func acquireTestsDir(ctx context.Context, log *slog.Logger) (*mountPoint, error)
 			continue // another grader removed it just now
 		}
 		if err != nil {
-			return nil, fmt.Errorf("open the %s mount point: %w; remove what is at %s in the shared filesystem", testsMount, noFollowErr(err), testsMount)
+			return nil, fmt.Errorf("open the %s mount point in the shared filesystem: %w", testsMount, noFollowErr(err))
 		}
 		if created {
 			unix.Fchmod(fd, testsDirMode) // whatever the umask took away

@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -303,8 +305,21 @@ func bindReadOnly(path string) error {
 	if err != unix.ENOSYS && err != unix.EPERM {
 		return fmt.Errorf("make %s read-only: %w", path, err)
 	}
-	// Remount the top of the tree, keeping the flags the user namespace
-	// locked (a remount that drops one is refused).
+	// Remount every mount of the tree one by one, each keeping the flags
+	// the user namespace locked (a remount that drops one is refused).
+	points, err := mountsUnder(path)
+	if err != nil {
+		return fmt.Errorf("make %s read-only: %w", path, err)
+	}
+	for _, p := range points {
+		if err := remountReadOnly(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func remountReadOnly(path string) error {
 	var sfs unix.Statfs_t
 	if err := unix.Statfs(path, &sfs); err != nil {
 		return fmt.Errorf("make %s read-only: %w", path, err)
@@ -322,6 +337,49 @@ func bindReadOnly(path string) error {
 		return fmt.Errorf("remount %s read-only: %w", path, err)
 	}
 	return nil
+}
+
+// mountsUnder lists the mount points at or below path in this mount
+// namespace, shallowest first, from /proc/self/mountinfo.
+func mountsUnder(path string) ([]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(f[4])
+		if (mp == path || strings.HasPrefix(mp, path+"/")) && !seen[mp] {
+			seen[mp] = true
+			out = append(out, mp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return strings.Count(out[i], "/") < strings.Count(out[j], "/") })
+	return out, nil
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for a space) of mountinfo.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }

@@ -1,0 +1,4 @@
+#!/bin/bash
+set -euo pipefail
+echo hello > greeting.txt
+echo world > subject.txt

@@ -1,0 +1,4 @@
+#!/bin/bash
+# Oracle: no network needed.
+set -euo pipefail
+printf '%s\n' 2 3 5 7 11 13 17 19 23 29 > primes.txt
