@@ -40,6 +40,7 @@ var commands = map[string]command{
 	"stop":    {"stop the running daemon and its sandbox", runStop},
 	"trial":   {"serve a task on this machine, run an agent, grade, stop", runTrial},
 	"doctor":  {"check that serve can build its sandbox here; name what is missing", runDoctor},
+	"adapt":   {"turn Harbor task directories into images that serve themselves", runAdapt},
 	"version": {"print the version", runVersion},
 }
 

@@ -1,0 +1,217 @@
+package layer
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/sandboxd/sandboxd/pkg/task"
+)
+
+// Facts are the base image's config as serve needs it at run time: the
+// adapted image's own ENTRYPOINT and USER are sandboxd's, so the originals are
+// written down for serve to apply inside the sandbox (design: "adapt"). CMD
+// is not among them: Harbor replaces it with `sleep infinity`, so it never
+// runs there either.
+type Facts struct {
+	Entrypoint []string // ENTRYPOINT; run inside the sandbox as User at start
+	User       string   // USER; "" = root
+	Workdir    string   // WORKDIR; "" = /
+	Env        []string // ENV, NAME=VALUE in order
+}
+
+// FactsOf reads the facts from an image's config.
+func FactsOf(img *Image) Facts {
+	return Facts{
+		Entrypoint: append([]string{}, img.Config.Entrypoint...),
+		User:       img.Config.User,
+		Workdir:    img.Config.WorkingDir,
+		Env:        append([]string{}, img.Config.Env...),
+	}
+}
+
+// sandboxdFile is sandboxd.toml as adapt writes it (see pkg/task's doc for
+// the schema). Field order is the order in the file. The image keys are
+// pointers so that a file can leave them out (the --out route, where the
+// build script fills them from the base it builds) yet still say
+// `entrypoint = []`.
+type sandboxdFile struct {
+	Listen           string     `toml:"listen,omitempty"`
+	AuthorizedKeys   string     `toml:"authorized_keys,omitempty"`
+	EgressAllowCIDRs []string   `toml:"egress_allow_cidrs,omitempty"`
+	Entrypoint       *[]string  `toml:"entrypoint,omitempty"`
+	ImageUser        *string    `toml:"image_user,omitempty"`
+	ImageWorkdir     *string    `toml:"image_workdir,omitempty"`
+	ImageEnv         *[]string  `toml:"image_env,omitempty"`
+	Peers            []peerFile `toml:"peers,omitempty"`
+}
+
+type peerFile struct {
+	Name   string `toml:"name"`
+	Port   int    `toml:"port"`
+	Target string `toml:"target"`
+}
+
+const sandboxdHeader = "# Written by sandboxd adapt: the base image's config (entrypoint, image_*),\n" +
+	"# which the adapted image replaces with sandboxd's own, for serve to apply\n" +
+	"# inside the sandbox; merged with the task's own sandboxd.toml.\n"
+
+// SandboxdTOML renders the sandboxd.toml baked next to a task: the task's own
+// sandboxd.toml (if any) merged with the image facts, main's compose
+// environment (extraEnv, laid over the image's ENV as compose does) and the
+// compose peers. A key the task's own file writes wins over the fact, since a
+// task author who wrote entrypoint = [] meant it; peers are the task's plus
+// the compose file's, and a name declared by both is an error. keysFile, when
+// not "", is the name the task's authorized_keys file is copied under.
+func SandboxdTOML(t *task.Task, f Facts, extraEnv []string, peers []task.Peer, keysFile string) ([]byte, error) {
+	out, own, err := ownSandboxd(t, peers, keysFile)
+	if err != nil {
+		return nil, err
+	}
+	ep, user, wd, env := nonNil(f.Entrypoint), f.User, f.Workdir, mergeEnv(f.Env, extraEnv)
+	if !own["entrypoint"] {
+		out.Entrypoint = &ep
+	}
+	if !own["image_user"] {
+		out.ImageUser = &user
+	}
+	if !own["image_workdir"] && wd != "" {
+		out.ImageWorkdir = &wd
+	}
+	if !own["image_env"] {
+		out.ImageEnv = &env
+	}
+	var buf bytes.Buffer
+	buf.WriteString(sandboxdHeader)
+	if err := toml.NewEncoder(&buf).Encode(out); err != nil {
+		return nil, fmt.Errorf("write sandboxd.toml for task %s: %w", t.Name, err)
+	}
+	// The result must read back as the task package reads it, or serve would
+	// refuse the image at start instead of adapt refusing it now.
+	if _, _, err := task.ParseSandboxd("sandboxd.toml", buf.Bytes()); err != nil {
+		return nil, fmt.Errorf("task %s: the merged sandboxd.toml does not parse: %w", t.Name, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// SandboxdTemplate is SandboxdTOML for a base adapt cannot inspect (--out):
+// rest is the file without the image facts, and tmpl is a Go template for
+// `docker image inspect --format` that prints the facts the task's own file
+// does not set, as TOML lines to put before rest. The template's json
+// function quotes strings in a form TOML reads; image_env lists the image's
+// ENV then extraEnv, and sandboxd.toml's reader lets a later NAME replace an
+// earlier one in place, which is the merge SandboxdTOML does.
+func SandboxdTemplate(t *task.Task, extraEnv []string, peers []task.Peer, keysFile string) (rest []byte, tmpl string, err error) {
+	out, own, err := ownSandboxd(t, peers, keysFile)
+	if err != nil {
+		return nil, "", err
+	}
+	var b strings.Builder
+	b.WriteString(sandboxdHeader)
+	if !own["entrypoint"] {
+		b.WriteString("entrypoint = [{{range .Config.Entrypoint}}{{json .}}, {{end}}]\n")
+	}
+	if !own["image_user"] {
+		b.WriteString("image_user = {{json .Config.User}}\n")
+	}
+	if !own["image_workdir"] {
+		b.WriteString("image_workdir = {{json .Config.WorkingDir}}\n")
+	}
+	if !own["image_env"] {
+		b.WriteString("image_env = [{{range .Config.Env}}{{json .}}, {{end}}")
+		for _, kv := range extraEnv {
+			q, _ := json.Marshal(kv)
+			b.Write(q)
+			b.WriteString(", ")
+		}
+		b.WriteString("]\n")
+	}
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(out); err != nil {
+		return nil, "", fmt.Errorf("write sandboxd.toml for task %s: %w", t.Name, err)
+	}
+	return buf.Bytes(), b.String(), nil
+}
+
+// ownSandboxd is the task's own sandboxd.toml as adapt carries it, plus the
+// peers, and which keys the task's file writes.
+func ownSandboxd(t *task.Task, peers []task.Peer, keysFile string) (sandboxdFile, map[string]bool, error) {
+	own := map[string]bool{}
+	sb := t.Sandboxd
+	var out sandboxdFile
+	if t.SandboxdFile != "" {
+		data, err := os.ReadFile(t.SandboxdFile)
+		if err != nil {
+			return out, nil, fmt.Errorf("read %s: %w", t.SandboxdFile, err)
+		}
+		var m map[string]any
+		if _, err := toml.Decode(string(data), &m); err == nil {
+			for k := range m {
+				own[k] = true
+			}
+		}
+	}
+	out.Listen = sb.Listen
+	if own["entrypoint"] {
+		ep := nonNil(sb.Entrypoint)
+		out.Entrypoint = &ep
+	}
+	if own["image_user"] {
+		out.ImageUser = &sb.ImageUser
+	}
+	if own["image_workdir"] && sb.ImageWorkdir != "" {
+		out.ImageWorkdir = &sb.ImageWorkdir
+	}
+	if own["image_env"] {
+		env := nonNil(sb.ImageEnv.Environ())
+		out.ImageEnv = &env
+	}
+	if sb.AuthorizedKeys != "" {
+		out.AuthorizedKeys = keysFile
+	}
+	for _, p := range sb.EgressAllowCIDRs {
+		out.EgressAllowCIDRs = append(out.EgressAllowCIDRs, p.String())
+	}
+	seen := map[string]bool{}
+	for _, p := range append(append([]task.Peer{}, sb.Peers...), peers...) {
+		if seen[p.Name] {
+			return out, nil, fmt.Errorf("task %s: peer %q is declared both in sandboxd.toml and as a compose service: remove one", t.Name, p.Name)
+		}
+		seen[p.Name] = true
+		out.Peers = append(out.Peers, peerFile{Name: p.Name, Port: p.Port, Target: p.Target})
+	}
+	return out, own, nil
+}
+
+func nonNil(l []string) []string {
+	if l == nil {
+		return []string{}
+	}
+	return l
+}
+
+// mergeEnv lays extra over base: a later NAME replaces the earlier value in
+// place, a new one goes at the end (as Docker applies ENV and compose's
+// environment: over an image's).
+func mergeEnv(base, extra []string) []string {
+	out := append([]string{}, base...)
+	index := map[string]int{}
+	for i, kv := range out {
+		k, _, _ := strings.Cut(kv, "=")
+		index[k] = i
+	}
+	for _, kv := range extra {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := index[k]; ok {
+			out[i] = kv
+			continue
+		}
+		index[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
