@@ -37,14 +37,30 @@
 // 1 and 2 are left out on purpose: shells and flag parsers use them for
 // every other failure.
 //
+// # The shared filesystem
+//
+// Two directories of the shared filesystem serve as mount points: an empty
+// /tests, made for grading (mode 0555) and removed by the last visitor that
+// used it, and /logs/verifier. Both are opened without following symlinks
+// and checked by device and inode before anything is mounted on them; a
+// symlink or file the agent put there ends grading with verifier_error.
+// While a verifier runs, /tests is also pinned in the sandbox's own view (an
+// empty read-only tmpfs), because a root agent could otherwise rename or
+// remove it, which would take the verifier's /tests away and let the agent
+// put files of its own there. If the visitor is killed at the timeout, the
+// pin goes when /tests is removed; a /tests that was there before grading
+// keeps it until the sandbox ends.
+//
 // # Residual risk
 //
 // The verifier runs what the agent built; code the agent planted for it (a
 // replaced /bin/bash, a sitecustomize, an ld.so.preload) runs with the
 // verifier's rights and can write any reward. A root agent can also rename
-// the empty /tests mount point in the shared filesystem while the verifier
-// runs, which detaches the verifier's /tests. The verdict is as trustworthy
-// as the agent's reach over what the verifier executes.
+// /logs while the verifier runs, so that the verifier's writes to
+// /logs/verifier land where the agent sees them; the reward is still read
+// from the verdict directory in the harness, so this loses a reward but
+// forges none. The verdict is as trustworthy as the agent's reach over what
+// the verifier executes.
 //
 // WARNING: security-sensitive. After any change run, as root:
 //

@@ -116,6 +116,8 @@ func Run(ctx context.Context, cfg Config) (Verdict, error) {
 	}
 
 	params := visitorParams{
+		Holder: cfg.Target.PID,
+		Pin:    []string{testsMount},
 		Binds: []bind{
 			{Source: filepath.Join(ws.dir, "tests"), Target: testsMount, Dev: mp.dev, Ino: mp.ino},
 			{Source: filepath.Join(ws.dir, "verdict"), Target: verdictMount, Dev: vst.Dev, Ino: vst.Ino},

@@ -564,3 +564,48 @@ func TestPlantedTestsSymlinkChangesNothing(t *testing.T) {
 	assert.Equal(t, fake, target)
 	require.NoError(t, os.Remove("/tests"))
 }
+
+// Removing or renaming a directory in the shared filesystem detaches what
+// another mount namespace mounted on it: a root agent that swapped /tests
+// while the verifier ran could feed it files of its own. The pin makes
+// /tests a mount point in the agent's view while the verifier runs, so the
+// swap fails and the verifier reads the task's own files.
+func TestRootAgentCannotSwapTestsWhileVerifierRuns(t *testing.T) {
+	testsLeftAsFound(t)
+	w := newWorld(t)
+	sync := sharedDir(t)
+	t.Cleanup(func() {
+		// Should the pin ever fail, put the machine's /tests back.
+		if _, err := os.Lstat("/tests.swapped"); err == nil {
+			os.RemoveAll("/tests")
+			os.Rename("/tests.swapped", "/tests")
+		}
+	})
+	agent := `while [ ! -e ` + sync + `/grading ]; do sleep 0.05; done
+{ rmdir /tests && echo removed
+  mv /tests /tests.swapped && echo renamed
+  mkdir -p /tests && echo FAKE > /tests/secret && echo planted
+  mount | grep -q ' /tests ' && echo "mount point"; } > ` + sync + `/agent 2>&1
+touch ` + sync + `/agent-done`
+	r := w.sb.Run(t, "0", nil, "/bin/sh", "-c", "nohup /bin/sh -c \"$1\" >/dev/null 2>&1 &", "sh", agent)
+	require.Equal(t, 0, r.Code, r.Stderr)
+	tests := w.tests(t, `#!/bin/sh
+touch `+sync+`/grading
+i=0; while [ ! -e `+sync+`/agent-done ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+echo "secret: $(cat /tests/secret 2>&1)"
+[ "$(cat /tests/secret)" = REAL ] && echo 1 > /logs/verifier/reward.txt
+`, map[string]string{"secret": "REAL"})
+	v := w.grade(t, w.config(t, tests))
+	b, err := os.ReadFile(filepath.Join(sync, "agent"))
+	require.NoError(t, err)
+	agentSaw := string(b)
+	t.Logf("agent: %s", agentSaw)
+	require.Equal(t, grade.StatusGraded, v.Status, "%s\n%s", v.Message, v.StdoutTail)
+	assert.Equal(t, map[string]float64{"reward": 1}, v.Reward, "the verifier read the agent's files: %s", v.StdoutTail)
+	assert.NotContains(t, agentSaw, "removed")
+	assert.NotContains(t, agentSaw, "renamed")
+	assert.NotContains(t, agentSaw, "planted")
+	assert.Contains(t, agentSaw, "mount point")
+	r = w.sb.Sh(t, "0", "grep ' /tests ' /proc/self/mounts")
+	assert.NotEqual(t, 0, r.Code, "the pin outlived grading: %s", r.Stdout)
+}

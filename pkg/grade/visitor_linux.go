@@ -39,9 +39,11 @@ func init() { childproc.Add(roleVisitor, visitor) }
 // visitorParams is everything the visitor needs; it travels in a memfd so
 // that none of it shows in a command line.
 type visitorParams struct {
-	Binds []bind    `json:"binds"`
-	Mask  []string  `json:"mask"` // covered by an empty read-only tmpfs (a file: by /dev/null)
-	Spec  join.Spec `json:"spec"`
+	Holder int       `json:"holder"` // the sandbox's pid 1, whose mount namespace gets the pins
+	Pin    []string  `json:"pin"`    // bind targets to pin in the sandbox's view (see pin)
+	Binds  []bind    `json:"binds"`
+	Mask   []string  `json:"mask"` // covered by an empty read-only tmpfs (a file: by /dev/null)
+	Spec   join.Spec `json:"spec"`
 }
 
 // bind is one directory of the harness bound into the visitor's view. The
@@ -104,6 +106,12 @@ func visitor(_ []string) int {
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return report(visitorResult{Setup: fmt.Sprintf("decode visitor parameters: %v", err)})
 	}
+	if err := pin(p.Holder, p.Pin); err != nil {
+		return report(visitorResult{Setup: err.Error()})
+	}
+	// The pins go when the verifier is done; if we are killed first (the
+	// timeout), the daemon's removal of /tests detaches them.
+	defer unpin(p.Holder, p.Pin)
 	if err := buildView(p); err != nil {
 		return report(visitorResult{Setup: err.Error()})
 	}
@@ -173,6 +181,74 @@ func killLeftovers() {
 			time.Sleep(time.Millisecond)
 		}
 	}
+}
+
+// pin covers each path with an empty read-only tmpfs in the *sandbox's*
+// mount namespace, for as long as the verifier runs. The bind targets live
+// in the shared filesystem, and a root agent could otherwise rename or
+// remove /tests under the verifier — removing a directory detaches what
+// other namespaces mounted on it — and put files of its own there for the
+// verifier to run. A directory that is a mount point in the agent's own
+// namespace can be neither renamed nor removed, and the agent, without
+// CAP_SYS_ADMIN, cannot unmount the pin. The agent sees an empty /tests
+// either way. Pinning comes before the binds, which then check that /tests
+// is still the directory the daemon made: once pinned it cannot change.
+func pin(holder int, paths []string) error {
+	if len(paths) == 0 {
+		return nil
+	}
+	return inSandboxMounts(holder, func() error {
+		for _, p := range paths {
+			flags := uintptr(unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+			if err := unix.Mount("tmpfs", p, "tmpfs", flags, "size=4k,mode=0555"); err != nil {
+				return fmt.Errorf("pin %s in the sandbox: %w", p, err)
+			}
+		}
+		return nil
+	})
+}
+
+// unpin takes one pin off each path (the topmost: pins of visitors that
+// overlap stack, and each takes one away).
+func unpin(holder int, paths []string) {
+	if len(paths) == 0 {
+		return
+	}
+	inSandboxMounts(holder, func() error {
+		for _, p := range paths {
+			unix.Unmount(p, unix.MNT_DETACH)
+		}
+		return nil
+	})
+}
+
+// inSandboxMounts runs fn on an OS thread of its own that has joined the
+// sandbox's mount namespace. The thread is never unlocked, so it ends with
+// its goroutine and nothing else ever runs in that namespace. It has to
+// leave the filesystem attributes it shares with the other threads first:
+// setns refuses a mount namespace to a thread that shares them.
+func inSandboxMounts(holder int, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			errc <- fmt.Errorf("unshare filesystem attributes: %w", err)
+			return
+		}
+		fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/mnt", holder), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- fmt.Errorf("open the sandbox's mount namespace: %w", err)
+			return
+		}
+		err = unix.Setns(fd, unix.CLONE_NEWNS)
+		unix.Close(fd)
+		if err != nil {
+			errc <- fmt.Errorf("join the sandbox's mount namespace: %w", err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
 }
 
 // buildView makes the visitor's mount namespace: private, the harness's two
