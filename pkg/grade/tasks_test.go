@@ -70,7 +70,10 @@ func needs(tk *task.Task) []string {
 	return out
 }
 
-func TestOwnTasksLoad(t *testing.T) {
+// The tasks tests are TestClients_: they need the repository's testdata and
+// the tools the tasks drive (python3, git, sshd, curl), which the minimal
+// images of the container test runs do not carry.
+func TestClients_OwnTasksLoad(t *testing.T) {
 	for _, tk := range ownTasks(t) {
 		assert.Empty(t, tk.Warnings, tk.Name)
 		assert.NotEmpty(t, tk.SolutionScript, "%s: every task has an oracle", tk.Name)
@@ -88,12 +91,12 @@ func TestOwnTasksLoad(t *testing.T) {
 	}
 }
 
-// TestOwnTasksOracleAndNop runs each task that needs nothing beyond a
+// TestClients_OwnTasksOracleAndNop runs each task that needs nothing beyond a
 // sandbox the way `trial` does — a fresh workdir, the task dir hidden, the
 // oracle's solve.sh fed to `bash -s` as the agent user, or nothing at all —
 // and grades it. The tasks that need the egress proxy and the test upstream
 // run in the trial runner's tests.
-func TestOwnTasksOracleAndNop(t *testing.T) {
+func TestClients_OwnTasksOracleAndNop(t *testing.T) {
 	sandboxtest.RequireRoot(t)
 	for _, tk := range ownTasks(t) {
 		if n := needs(tk); len(n) > 0 {
