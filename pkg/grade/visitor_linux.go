@@ -36,6 +36,10 @@ const (
 
 func init() { childproc.Add(roleVisitor, visitor) }
 
+// errReplaced means a mount point in the shared filesystem is no longer the
+// directory the daemon checked: something in the sandbox swapped it.
+var errReplaced = errors.New("the directory was replaced in the shared filesystem as grading started")
+
 // visitorParams is everything the visitor needs; it travels in a memfd so
 // that none of it shows in a command line.
 type visitorParams struct {
@@ -113,6 +117,10 @@ func visitor(_ []string) int {
 	// timeout), the daemon's removal of /tests detaches them.
 	defer unpin(p.Holder, p.Pin)
 	if err := buildView(p); err != nil {
+		if errors.Is(err, errReplaced) {
+			// The agent's doing, not ours: the verdict says so.
+			return report(visitorResult{Start: err.Error(), Code: join.ExitSetup})
+		}
 		return report(visitorResult{Setup: err.Error()})
 	}
 	// Whatever the verifier leaves behind is re-parented to us, not to the
@@ -297,6 +305,9 @@ func bindOnto(b bind) error {
 	defer unix.Close(src)
 	dst, err := openDir(b.Target, unix.O_PATH)
 	if err != nil {
+		if errors.Is(err, errNotDirectory) || errors.Is(err, unix.ENOENT) {
+			err = fmt.Errorf("%w: %w", errReplaced, err)
+		}
 		return fmt.Errorf("bind %s: %w", b.Target, err)
 	}
 	defer unix.Close(dst)
@@ -305,7 +316,7 @@ func bindOnto(b bind) error {
 		return fmt.Errorf("bind %s: %w", b.Target, err)
 	}
 	if st.Dev != b.Dev || st.Ino != b.Ino {
-		return fmt.Errorf("bind %s: the directory was replaced in the shared filesystem while grading started", b.Target)
+		return fmt.Errorf("bind %s: %w", b.Target, errReplaced)
 	}
 	if err := unix.Mount(fdPath(src), fdPath(dst), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("bind %s at %s: %w", b.Source, b.Target, err)
