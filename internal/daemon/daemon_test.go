@@ -53,6 +53,9 @@ type served struct {
 func serveForTest(t *testing.T, cfg Config) *served {
 	t.Helper()
 	sandboxtest.RequireRoot(t)
+	// Grading elsewhere makes /tests for a moment; a serve starting then
+	// would mask it, and bwrap would leave the mount point behind.
+	sandboxtest.SharedTests(t)
 	if cfg.HarnessDir == "" {
 		cfg.HarnessDir = sandboxtest.HarnessDir(t)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/join"
@@ -48,7 +49,7 @@ func (d *Daemon) Grade(ctx context.Context, timeout time.Duration) (grade.Verdic
 		Env:        env,
 		Workdir:    d.cfg.Workdir,
 		Timeout:    timeout,
-		Mask:       d.cfg.Hide,
+		Mask:       d.visitorMasks(),
 		LogsDir:    "/logs/verifier",
 		Log:        d.log,
 	})
@@ -136,4 +137,15 @@ func (d *Daemon) entrypointState(s string) {
 	d.mu.Lock()
 	d.entrypoint = s
 	d.mu.Unlock()
+}
+
+// visitorMasks are the paths a visitor must not see beside the harness dir:
+// what the sandbox hides (the task dir under trial), and on a bare host the
+// host's sockets, since a visitor's view is the substrate's.
+func (d *Daemon) visitorMasks() []string {
+	masks := append([]string{}, d.cfg.Hide...)
+	if d.cfg.HostMode {
+		masks = append(masks, bwrap.HostSockets()...)
+	}
+	return masks
 }

@@ -29,7 +29,6 @@ func taskDir(t *testing.T, toml, script string) string {
 // serveTask serves the task at dir in this process.
 func serveTask(t *testing.T, dir string, cfg Config, allowCIDRs ...string) *served {
 	sandboxtest.RequireRoot(t)
-	sandboxtest.SharedTests(t)
 	cfg.HarnessDir = sandboxtest.HarnessDir(t)
 	cfg.Log = slog.New(slog.DiscardHandler)
 	cfg, err := Configure(cfg, dir, allowCIDRs, func(string) (string, bool) { return "", false })

@@ -24,21 +24,23 @@ type DataFile struct {
 // one machine never see each other's harness.
 const HarnessMarker = ".sandboxd-harness"
 
-// Docker's masked and read-only paths (moby's oci defaults). The identity map
-// makes the agent's root the container's root, so a writable
+// MaskedPaths and ReadOnlyPaths are Docker's masked and read-only paths
+// (moby's oci defaults) plus a read-only /sys. The identity map makes the
+// agent's root the container's root, so a writable
 // /proc/sys/kernel/core_pattern would be a host escape (lesson 56). bwrap
-// covers some of these itself, but only those it finds writable during its own
+// covers some of them itself, but only those it finds writable during its own
 // setup, which is not all of them: every one is bound read-only here. Sysctl
 // entries are looked up in the reader's namespaces, so the substrate's
-// /proc/sys shows the sandbox's own network and uts values.
+// /proc/sys shows the sandbox's own network and uts values. The visitor
+// (pkg/grade) applies the same lists to its own view.
 var (
-	maskedPaths = []string{
+	MaskedPaths = []string{
 		"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys",
 		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
 		"/proc/sched_debug", "/proc/scsi", "/sys/firmware",
 		"/sys/devices/virtual/powercap",
 	}
-	readOnlyProcPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+	ReadOnlyPaths = []string{"/sys", "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
 )
 
 // hostSocketDirs are where a bare host keeps the sockets that would hand the
@@ -62,8 +64,12 @@ func (p *mountPlan) emit(a *Args) error {
 			a.Add("--dev-bind", d, d)
 		}
 	}
-	a.Add("--ro-bind", "/sys", "/sys")
-	for _, m := range maskedPaths {
+	for _, m := range ReadOnlyPaths {
+		if _, err := os.Stat(p.path(m)); err == nil {
+			a.Add("--ro-bind", m, m)
+		}
+	}
+	for _, m := range MaskedPaths {
 		st, err := os.Stat(p.path(m))
 		if err != nil {
 			continue
@@ -72,11 +78,6 @@ func (p *mountPlan) emit(a *Args) error {
 			a.Add("--tmpfs", m).Add("--remount-ro", m)
 		} else {
 			a.Add("--ro-bind", "/dev/null", m)
-		}
-	}
-	for _, m := range readOnlyProcPaths {
-		if _, err := os.Stat(p.path(m)); err == nil {
-			a.Add("--ro-bind", m, m)
 		}
 	}
 	if err := p.hide(a); err != nil {
@@ -97,7 +98,7 @@ func (p *mountPlan) emit(a *Args) error {
 		}
 	}
 	if p.cfg.HostMode {
-		for _, s := range p.hostSockets() {
+		for _, s := range HostSockets() {
 			a.Add("--ro-bind", "/dev/null", s)
 		}
 	}
@@ -212,8 +213,10 @@ func (p *mountPlan) isHarness(dir string) bool {
 	return err == nil
 }
 
-// hostSockets lists the unix sockets a bare host keeps in its run dirs.
-func (p *mountPlan) hostSockets() []string {
+// HostSockets lists the unix sockets a bare host keeps in its run dirs: the
+// sandbox masks them in host mode, and so must the verifier's view.
+func HostSockets() []string {
+	p := &mountPlan{root: "/"}
 	seen := map[string]bool{}
 	var out []string
 	for _, dir := range hostSocketDirs {

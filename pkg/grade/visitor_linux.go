@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/join"
 )
 
@@ -70,21 +71,6 @@ type visitorResult struct {
 	Code   int    `json:"code"`
 	Signal int    `json:"signal,omitempty"`
 }
-
-// Docker's masked and read-only paths (moby's oci defaults), the same lists
-// pkg/bwrap applies to the sandbox: keep them in step. The visitor shares the
-// substrate's /proc, and under systempaths=unconfined the substrate's
-// /proc/sys is writable by root, while the verifier runs what the agent
-// built (lesson 56).
-var (
-	maskedPaths = []string{
-		"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys",
-		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
-		"/proc/sched_debug", "/proc/scsi", "/sys/firmware",
-		"/sys/devices/virtual/powercap",
-	}
-	readOnlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger", "/sys"}
-)
 
 func visitor(_ []string) int {
 	// Mount namespaces are per thread in Go's view of the world: every mount
@@ -281,12 +267,12 @@ func buildView(p visitorParams) error {
 			return err
 		}
 	}
-	for _, m := range readOnlyPaths {
+	for _, m := range bwrap.ReadOnlyPaths {
 		if err := bindReadOnly(m); err != nil {
 			return err
 		}
 	}
-	for _, m := range maskedPaths {
+	for _, m := range bwrap.MaskedPaths {
 		if err := mask(m, false); err != nil {
 			return err
 		}

@@ -1,0 +1,268 @@
+package sshd_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/ssh"
+)
+
+// The benchmarks measure sandboxd against OpenSSH's sshd started on
+// loopback by the benchmark itself, both driven by the same Go client in
+// the same run, and report the ratio (sandboxd ÷ sshd) next to both
+// figures. sshd runs commands without any sandbox; sandboxd joins one for
+// every command.
+//
+//	go test -run '^$' -bench . -benchtime 1x ./pkg/sshd/   # make bench
+
+// peer is one SSH server under test.
+type peer struct {
+	name string
+	addr string
+	cfg  *ssh.ClientConfig
+}
+
+func (p peer) dial(b testing.TB) *ssh.Client {
+	b.Helper()
+	c, err := ssh.Dial("tcp", p.addr, p.cfg)
+	require.NoError(b, err)
+	return c
+}
+
+// startOpenSSH runs /usr/sbin/sshd -D on a free loopback port with a
+// generated configuration that accepts signer for root.
+func startOpenSSH(b testing.TB, signer ssh.Signer) peer {
+	b.Helper()
+	const sshd = "/usr/sbin/sshd"
+	if _, err := os.Stat(sshd); err != nil {
+		requireTool(b, sshd, "openssh-server")
+	}
+	// sshd refuses to start without its privilege separation directory.
+	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
+		b.Skipf("cannot create /run/sshd: %v", err)
+	}
+	dir := b.TempDir()
+	hostKey, _ := newKey(b, dir, "ssh_host_ed25519_key")
+	auth := filepath.Join(dir, "authorized_keys")
+	require.NoError(b, os.WriteFile(auth, ssh.MarshalAuthorizedKey(signer.PublicKey()), 0o600))
+	port := freePort(b)
+	conf := filepath.Join(dir, "sshd_config")
+	require.NoError(b, os.WriteFile(conf, []byte(fmt.Sprintf(`Port %d
+ListenAddress 127.0.0.1
+HostKey %s
+PidFile %s/sshd.pid
+AuthorizedKeysFile %s
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+UseDNS no
+PrintMotd no
+PrintLastLog no
+MaxSessions 1000
+MaxStartups 1000
+Subsystem sftp /usr/lib/openssh/sftp-server
+`, port, hostKey, dir, auth)), 0o600))
+	cmd := exec.Command(sshd, "-D", "-e", "-f", conf)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	require.NoError(b, cmd.Start())
+	b.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	require.Eventually(b, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond, "sshd did not start: %s", errb.String())
+	return peer{name: "openssh", addr: addr, cfg: clientConfig("root", signer)}
+}
+
+func clientConfig(user string, signer ssh.Signer) *ssh.ClientConfig {
+	return &ssh.ClientConfig{
+		User: user, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback: ssh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second,
+	}
+}
+
+func peers(b *testing.B) (sandboxd, openssh peer) {
+	ts := startServer(b, options{})
+	sandboxd = peer{name: "sandboxd", addr: ts.addr, cfg: clientConfig("agent", ts.agentSign)}
+	return sandboxd, startOpenSSH(b, ts.agentSign)
+}
+
+// compare runs op b.N times against each peer and reports both averages
+// and their ratio.
+func compare(b *testing.B, unit string, a, z peer, op func(b *testing.B, p peer) float64) {
+	b.Helper()
+	b.StopTimer()
+	results := map[string]float64{}
+	for _, p := range []peer{a, z} {
+		op(b, p) // warm up: page cache, sshd's first fork, the join path
+		var sum float64
+		for range b.N {
+			sum += op(b, p)
+		}
+		results[p.name] = sum / float64(b.N)
+	}
+	b.ReportMetric(results[a.name], a.name+"-"+unit)
+	b.ReportMetric(results[z.name], z.name+"-"+unit)
+	b.ReportMetric(results[a.name]/results[z.name], "ratio")
+	b.ReportMetric(0, "ns/op")
+}
+
+func execTrue(b *testing.B, c *ssh.Client) {
+	s, err := c.NewSession()
+	require.NoError(b, err)
+	require.NoError(b, s.Run("true"))
+	s.Close()
+}
+
+// BenchmarkExecRoundTrip: 500 sequential `exec true` over one established
+// connection (target: sandboxd ≤ 0.1× sshd).
+func BenchmarkExecRoundTrip(b *testing.B) {
+	sd, os := peers(b)
+	clients := map[string]*ssh.Client{sd.name: sd.dial(b), os.name: os.dial(b)}
+	compare(b, "ms/exec", sd, os, func(b *testing.B, p peer) float64 {
+		c := clients[p.name]
+		start := time.Now()
+		for range 500 {
+			execTrue(b, c)
+		}
+		return float64(time.Since(start).Microseconds()) / 1000 / 500
+	})
+}
+
+// BenchmarkConnectAndExec: a new connection plus one exec (target: ≤ 0.3×).
+func BenchmarkConnectAndExec(b *testing.B) {
+	sd, os := peers(b)
+	compare(b, "ms/conn", sd, os, func(b *testing.B, p peer) float64 {
+		const n = 50
+		start := time.Now()
+		for range n {
+			c := p.dial(b)
+			execTrue(b, c)
+			c.Close()
+		}
+		return float64(time.Since(start).Microseconds()) / 1000 / n
+	})
+}
+
+// BenchmarkThroughput1GiB: 1 GiB from a command's stdout (target: ≥ 1.0×).
+func BenchmarkThroughput1GiB(b *testing.B) {
+	sd, os := peers(b)
+	clients := map[string]*ssh.Client{sd.name: sd.dial(b), os.name: os.dial(b)}
+	compare(b, "MiB/s", sd, os, func(b *testing.B, p peer) float64 {
+		s, err := clients[p.name].NewSession()
+		require.NoError(b, err)
+		defer s.Close()
+		out, err := s.StdoutPipe()
+		require.NoError(b, err)
+		start := time.Now()
+		require.NoError(b, s.Start("head -c 1073741824 /dev/zero"))
+		n, err := io.Copy(io.Discard, out)
+		require.NoError(b, err)
+		require.NoError(b, s.Wait())
+		require.Equal(b, int64(1<<30), n)
+		return 1024 / time.Since(start).Seconds()
+	})
+}
+
+// BenchmarkPTYEcho200: 200 concurrent pty sessions, each typing 50
+// keystrokes and timing the terminal's echo; reports p50/p99 echo latency
+// and the RSS of the process serving them (targets: p99 ≤ 5 ms, RSS ≤ 100 MB).
+// The server runs inside the benchmark's process, so the RSS also counts
+// the 200 Go clients: an upper bound on the daemon's own.
+func BenchmarkPTYEcho200(b *testing.B) {
+	ts := startServer(b, options{})
+	sd := peer{name: "sandboxd", addr: ts.addr, cfg: clientConfig("agent", ts.agentSign)}
+	const sessions, keys = 200, 50
+	var all []time.Duration
+	var peakRSS int64
+	for range b.N {
+		var mu sync.Mutex
+		var lat []time.Duration
+		var ready, done sync.WaitGroup
+		start := make(chan struct{})
+		for range sessions {
+			ready.Add(1)
+			done.Add(1)
+			go func() {
+				defer done.Done()
+				c := sd.dial(b)
+				defer c.Close()
+				s, err := c.NewSession()
+				require.NoError(b, err)
+				defer s.Close()
+				require.NoError(b, s.RequestPty("xterm", 24, 80, ssh.TerminalModes{ssh.ECHO: 1, ssh.ICANON: 1}))
+				in, _ := s.StdinPipe()
+				out, _ := s.StdoutPipe()
+				require.NoError(b, s.Start("cat >/dev/null"))
+				buf := make([]byte, 1)
+				ready.Done()
+				<-start
+				var mine []time.Duration
+				for range keys {
+					t0 := time.Now()
+					in.Write([]byte{'k'})
+					if _, err := io.ReadFull(out, buf); err != nil {
+						b.Error(err)
+						return
+					}
+					mine = append(mine, time.Since(t0))
+					time.Sleep(10 * time.Millisecond)
+				}
+				mu.Lock()
+				lat = append(lat, mine...)
+				mu.Unlock()
+				s.Signal(ssh.SIGKILL)
+			}()
+		}
+		ready.Wait()
+		close(start)
+		time.Sleep(200 * time.Millisecond)
+		peakRSS = max(peakRSS, rss())
+		done.Wait()
+		all = append(all, lat...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	pct := func(p float64) float64 {
+		return float64(all[int(p*float64(len(all)-1))].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(float64(peakRSS)/(1<<20), "RSS-MiB")
+	b.ReportMetric(0, "ns/op")
+}
+
+// rss is this process's resident set size in bytes.
+func rss() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
