@@ -89,6 +89,8 @@ type Daemon struct {
 	nextID     int
 	phase      string // agent or verify
 	entrypoint string // the image entrypoint's state, "" when there is none
+	// healthState is starting, healthy or unhealthy; "" without a healthcheck.
+	healthState, healthOutput string
 }
 
 type session struct {
@@ -107,6 +109,7 @@ type Status struct {
 	Phase        string     `json:"phase"`
 	Task         string     `json:"task,omitempty"`
 	Entrypoint   string     `json:"entrypoint,omitempty"`
+	Health       string     `json:"health,omitempty"`
 	Network      netStatus  `json:"network"`
 	SSH          *sshStatus `json:"ssh,omitempty"`
 	HarnessDir   string     `json:"harness_dir"`
@@ -256,6 +259,11 @@ func (d *Daemon) serve(ctx context.Context) error {
 	defer rt.close()
 	if err := d.startEntrypoint(ctx); err != nil {
 		return err
+	}
+	if d.cfg.Task != nil && d.cfg.Task.Environment.Healthcheck != nil {
+		healthDone := make(chan struct{})
+		go func() { defer close(healthDone); d.watchHealth(ctx) }()
+		defer func() { <-healthDone }()
 	}
 	door, err := d.startSSH(ctx)
 	if err != nil {
@@ -419,7 +427,7 @@ func (d *Daemon) Status() Status {
 	for _, s := range d.sessions {
 		sessions = append(sessions, *s)
 	}
-	phase, entrypoint := d.phase, d.entrypoint
+	phase, entrypoint, health := d.phase, d.entrypoint, d.healthState
 	d.mu.Unlock()
 	if phase == "" {
 		phase = "agent"
@@ -444,6 +452,7 @@ func (d *Daemon) Status() Status {
 		Phase:      phase,
 		Task:       taskName,
 		Entrypoint: entrypoint,
+		Health:     health,
 		Network:    ns,
 		HarnessDir: d.cfg.HarnessDir,
 		Workdir:    d.cfg.Workdir,

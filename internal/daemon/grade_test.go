@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -135,4 +136,28 @@ func TestGradeWithoutTaskSaysWhatToDo(t *testing.T) {
 	_, err := s.d.Grade(context.Background(), 0)
 	require.ErrorIs(t, err, ErrNoTask)
 	assert.Contains(t, err.Error(), "--task")
+}
+
+// The task's healthcheck runs as a visitor (the agent never sees it) with
+// Docker's semantics, and status reports it.
+func TestHealthcheckReportsStartingHealthyUnhealthy(t *testing.T) {
+	work := t.TempDir()
+	require.NoError(t, os.Chmod(work, 0o777))
+	flag := filepath.Join(work, "ready")
+	dir := taskDir(t, fmt.Sprintf(`[environment]
+workdir = %q
+[environment.healthcheck]
+command = "test -e %s"
+interval_sec = 0.2
+start_interval_sec = 0.1
+start_period_sec = 0
+timeout_sec = 5
+retries = 2
+`, work, flag), "echo 1 > /logs/verifier/reward.txt")
+	s := serveTask(t, dir, Config{})
+	require.Eventually(t, func() bool { return s.d.Status().Health == healthUnhealthy }, 20*time.Second, 50*time.Millisecond)
+	require.Equal(t, 0, s.sh(t, "touch ready").exit.Code)
+	require.Eventually(t, func() bool { return s.d.Status().Health == healthHealthy }, 20*time.Second, 50*time.Millisecond)
+	r := s.sh(t, "ps -eo args | grep -c '[t]est -e' || true")
+	assert.Equal(t, "0\n", r.stdout, "the agent never sees the healthcheck")
 }

@@ -1,0 +1,83 @@
+package daemon
+
+import (
+	"context"
+	"time"
+
+	"github.com/sandboxd/sandboxd/pkg/grade"
+	"github.com/sandboxd/sandboxd/pkg/idmap"
+)
+
+// Health states, as Docker names them.
+const (
+	healthStarting  = "starting"
+	healthHealthy   = "healthy"
+	healthUnhealthy = "unhealthy"
+)
+
+// watchHealth runs the task's healthcheck as a visitor, with Docker's
+// semantics: checks every start_interval during start_period, where failures
+// do not count, then every interval; healthy at the first success, unhealthy
+// after `retries` failures in a row. It runs until ctx ends; an unhealthy
+// task is reported, and served on.
+func (d *Daemon) watchHealth(ctx context.Context) {
+	hc := d.cfg.Task.Environment.Healthcheck
+	user, err := idmap.Lookup("/", d.cfg.ImageUser)
+	if err != nil {
+		d.log.Error("healthcheck user", "err", err)
+		d.setHealth(healthUnhealthy, err.Error())
+		return
+	}
+	env := sessionEnv(d.cfg.ImageEnv, d.cfg.Task.EnvironmentEnv().Environ(), user, nil)
+	d.setHealth(healthStarting, "")
+	started := time.Now()
+	failures := 0
+	for {
+		inStart := time.Since(started) < hc.StartPeriod
+		res, err := grade.Check(ctx, grade.CheckConfig{
+			Target: d.target, HarnessDir: d.cfg.HarnessDir, User: user, Env: env,
+			Workdir: d.cfg.Workdir, Argv: []string{"/bin/sh", "-c", hc.Command},
+			Timeout: hc.Timeout, Mask: d.visitorMasks(),
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case err != nil:
+			d.log.Warn("healthcheck could not run", "err", err)
+		case res.Code == 0:
+			failures = 0
+			if d.health() != healthHealthy {
+				d.log.Info("healthy", "command", hc.Command)
+			}
+			d.setHealth(healthHealthy, res.Output)
+		case !inStart:
+			failures++
+			if failures >= int(hc.Retries) && d.health() != healthUnhealthy {
+				d.log.Warn("unhealthy", "command", hc.Command, "failures", failures, "exit", res.Code, "timed_out", res.TimedOut, "output", res.Output)
+				d.setHealth(healthUnhealthy, res.Output)
+			}
+		}
+		wait := hc.Interval
+		if inStart && d.health() == healthStarting {
+			wait = hc.StartInterval
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (d *Daemon) setHealth(state, output string) {
+	d.mu.Lock()
+	d.healthState, d.healthOutput = state, output
+	d.mu.Unlock()
+}
+
+func (d *Daemon) health() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.healthState
+}
