@@ -296,8 +296,15 @@ func (s *Session) relayOut(f *os.File, w io.Writer) {
 	defer s.outWG.Done()
 	buf := make([]byte, 64<<10)
 	broken := false
+	// Everything the command wrote before its leader exited is delivered,
+	// however late this goroutine runs: once the exit is seen, the bytes
+	// still in the pipe are counted, and no deadline ends the relay before
+	// they are read. A read past its deadline fails without looking at the
+	// pipe, so on a loaded machine the tail deadline alone lost output.
+	var total, owed int64 = 0, -1
 	for {
 		n, err := f.Read(buf)
+		total += int64(n)
 		if n > 0 && !broken {
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				// The reader is gone (the client vanished): keep reading
@@ -307,16 +314,48 @@ func (s *Session) relayOut(f *os.File, w io.Writer) {
 				s.outErr.CompareAndSwap(nil, &werr)
 			}
 		}
+		exited := s.exited.Load()
+		if exited && owed < 0 {
+			owed = total + unread(f)
+		}
 		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) && !s.exited.Load() {
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				return
+			}
+			if !exited {
+				continue
+			}
+			if total < owed {
+				f.SetReadDeadline(time.Now().Add(s.cfg.DrainQuiet))
 				continue
 			}
 			return
 		}
-		if s.exited.Load() {
-			s.armDrain(f)
+		if exited {
+			if total < owed {
+				f.SetReadDeadline(time.Now().Add(s.cfg.DrainQuiet))
+			} else {
+				s.armDrain(f)
+			}
 		}
 	}
+}
+
+// unread is how many bytes wait in a pipe or terminal, unread (FIONREAD,
+// which Linux also calls TIOCINQ).
+func unread(f *os.File) int64 {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var n int
+	rc.Control(func(fd uintptr) {
+		n, err = unix.IoctlGetInt(int(fd), unix.TIOCINQ)
+	})
+	if err != nil || n < 0 {
+		return 0
+	}
+	return int64(n)
 }
 
 // armDrain sets the read deadline of the output tail.
