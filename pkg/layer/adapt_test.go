@@ -356,8 +356,8 @@ func TestAdapt_Out(t *testing.T) {
 		outb, err := cmd.CombinedOutput()
 		assert.NoError(t, err, "build.sh parses: %s", outb)
 	}
-	assert.Contains(t, string(sh), `with_timeout 300 "$ENGINE" build -t sb/`)
-	assert.Contains(t, string(sh), `"$ENGINE" build --build-arg GROUP=sb/`)
+	assert.Contains(t, string(sh), `with_timeout 300 "$ENGINE" build --force-rm -t sb/`)
+	assert.Contains(t, string(sh), `"$ENGINE" build --force-rm --build-arg GROUP=sb/`)
 	assert.Contains(t, string(sh), "facts ")
 	var hello GroupEntry
 	for _, g := range m.Groups {

@@ -270,7 +270,9 @@ func (c *CLI) Build(ctx context.Context, b BuildSpec, log io.Writer) (string, er
 	}
 	iid.Close()
 	defer os.Remove(iid.Name())
-	args := []string{"build", "--iidfile", iid.Name(), "-f", filepath.Join(b.Context, b.Dockerfile)}
+	// --force-rm: the classic builder keeps the container of a failed step
+	// otherwise, and adapt must not leave containers behind.
+	args := []string{"build", "--force-rm", "--iidfile", iid.Name(), "-f", filepath.Join(b.Context, b.Dockerfile)}
 	for _, k := range sortedKeys(b.Args) {
 		args = append(args, "--build-arg", k+"="+b.Args[k])
 	}

@@ -25,7 +25,8 @@ version)
 	fi
 	echo 20.10.99;;
 build)
-	iid=$3
+	iid=; prev=
+	for a in "$@"; do [ "$prev" = --iidfile ] && iid=$a; prev=$a; done
 	i=1; while [ $i -le 50 ]; do echo "step $i"; i=$((i+1)); done
 	[ -n "$FAKE_FAIL" ] && { echo "E: Unable to locate package nonsense" >&2; exit 100; }
 	[ -n "$FAKE_SLOW" ] && exec sleep 30

@@ -113,20 +113,24 @@ func SandboxdTemplate(t *task.Task, extraEnv []string, peers []task.Peer, keysFi
 	var b strings.Builder
 	b.WriteString(sandboxdHeader)
 	if !own["entrypoint"] {
-		b.WriteString("entrypoint = [{{range .Config.Entrypoint}}{{json .}}, {{end}}]\n")
+		b.WriteString("entrypoint = [{{range $i, $e := .Config.Entrypoint}}{{if $i}}, {{end}}{{json $e}}{{end}}]\n")
 	}
 	if !own["image_user"] {
 		b.WriteString("image_user = {{json .Config.User}}\n")
 	}
 	if !own["image_workdir"] {
-		b.WriteString("image_workdir = {{json .Config.WorkingDir}}\n")
+		b.WriteString("{{if .Config.WorkingDir}}image_workdir = {{json .Config.WorkingDir}}\n{{end}}")
 	}
 	if !own["image_env"] {
-		b.WriteString("image_env = [{{range .Config.Env}}{{json .}}, {{end}}")
-		for _, kv := range extraEnv {
+		b.WriteString("image_env = [{{range $i, $e := .Config.Env}}{{if $i}}, {{end}}{{json $e}}{{end}}")
+		for i, kv := range extraEnv {
+			if i == 0 {
+				b.WriteString("{{if .Config.Env}}, {{end}}")
+			} else {
+				b.WriteString(", ")
+			}
 			q, _ := json.Marshal(kv)
 			b.Write(q)
-			b.WriteString(", ")
 		}
 		b.WriteString("]\n")
 	}
@@ -134,7 +138,13 @@ func SandboxdTemplate(t *task.Task, extraEnv []string, peers []task.Peer, keysFi
 	if err := toml.NewEncoder(&buf).Encode(out); err != nil {
 		return nil, "", fmt.Errorf("write sandboxd.toml for task %s: %w", t.Name, err)
 	}
-	return buf.Bytes(), b.String(), nil
+	rest = buf.Bytes()
+	// The encoder puts a blank line between keys and a first table; rest
+	// alone has no keys before its [[peers]], the whole file may.
+	if b.Len() > len(sandboxdHeader) && bytes.HasPrefix(rest, []byte("[")) {
+		rest = append([]byte("\n"), rest...)
+	}
+	return rest, b.String(), nil
 }
 
 // ownSandboxd is the task's own sandboxd.toml as adapt carries it, plus the

@@ -122,3 +122,35 @@ func TestSandboxdTemplate_SameAsInspected(t *testing.T) {
 		})
 	}
 }
+
+// Where nothing needs escaping differently, the two routes write the same
+// bytes, so that images built either way have the same files.
+func TestSandboxdTemplate_SameBytes(t *testing.T) {
+	tk := loadTask(t, taskFiles("x"))
+	for name, f := range map[string]Facts{
+		"plain":        {Entrypoint: []string{"/e", "-x"}, User: "app", Workdir: "/app", Env: []string{"PATH=/bin", "A=1"}},
+		"empty config": {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			peers := []task.Peer{{Name: "redis", Port: 6379, Target: "redis:6379"}}
+			want, err := SandboxdTOML(tk, f, []string{"NEW=1"}, peers, "")
+			require.NoError(t, err)
+			rest, tmpl, err := SandboxdTemplate(tk, []string{"NEW=1"}, peers, "")
+			require.NoError(t, err)
+			got := fillTemplate(t, tmpl, f)
+			assert.Equal(t, string(want), got+string(rest))
+		})
+	}
+}
+
+func fillTemplate(t *testing.T, tmpl string, f Facts) string {
+	t.Helper()
+	tp := template.Must(template.New("").Funcs(template.FuncMap{"json": func(v any) (string, error) {
+		b, err := json.Marshal(v)
+		return string(b), err
+	}}).Parse(tmpl))
+	var got bytes.Buffer
+	require.NoError(t, tp.Execute(&got, map[string]any{"Config": map[string]any{
+		"Entrypoint": f.Entrypoint, "User": f.User, "WorkingDir": f.Workdir, "Env": f.Env}}))
+	return got.String()
+}

@@ -110,7 +110,7 @@ func (b *builder) writeGroupOut(g *Group, out string) (string, error) {
 			return "", err
 		}
 		base = strings.TrimSuffix(g.Image, ":latest") + ":base"
-		fmt.Fprintf(&sh, "with_timeout %d \"$ENGINE\" build -t %s -f %s%s %s\n", secs, shq(base),
+		fmt.Fprintf(&sh, "with_timeout %d \"$ENGINE\" build --force-rm -t %s -f %s%s %s\n", secs, shq(base),
 			shq(filepath.ToSlash(filepath.Join(g.Name, "base", g.Base.Dockerfile))), buildArgs(g.Base.Args), shq(g.Name+"/base"))
 	} else {
 		fmt.Fprintf(&sh, "\"$ENGINE\" image inspect %s >/dev/null 2>&1 || \"$ENGINE\" pull %s\n", shq(base), shq(base))
@@ -123,7 +123,7 @@ func (b *builder) writeGroupOut(g *Group, out string) (string, error) {
 		if err := copyTree(s.Build.Context, filepath.Join(dir, sdir)); err != nil {
 			return "", err
 		}
-		fmt.Fprintf(&sh, "with_timeout %d \"$ENGINE\" build -t %s -f %s%s %s\npush %s\n", secs, shq(g.SidecarImage(s)),
+		fmt.Fprintf(&sh, "with_timeout %d \"$ENGINE\" build --force-rm -t %s -f %s%s %s\npush %s\n", secs, shq(g.SidecarImage(s)),
 			shq(filepath.ToSlash(filepath.Join(g.Name, sdir, s.Build.Dockerfile))), buildArgs(s.Build.Args), shq(g.Name+"/"+sdir), shq(g.SidecarImage(s)))
 	}
 	templates := map[string]string{}
@@ -155,13 +155,13 @@ func (b *builder) writeGroupOut(g *Group, out string) (string, error) {
 		}
 		fmt.Fprintf(&sh, "facts %s %s %s\n", shq(g.Name), shq(tname), shq(base))
 	}
-	fmt.Fprintf(&sh, "with_timeout %d \"$ENGINE\" build --build-arg BASE=%s -t %s %s\npush %s\n", secs, shq(base), shq(g.Image), shq(g.Name+"/serving"), shq(g.Image))
+	fmt.Fprintf(&sh, "with_timeout %d \"$ENGINE\" build --force-rm --build-arg BASE=%s -t %s %s\npush %s\n", secs, shq(base), shq(g.Image), shq(g.Name+"/serving"), shq(g.Image))
 	for _, it := range g.Tasks {
 		tdir := "task-" + tagName(it.Task.Name)
 		if err := writeTaskContext(filepath.Join(dir, tdir), it, g); err != nil {
 			return "", err
 		}
-		fmt.Fprintf(&sh, "\"$ENGINE\" build --build-arg GROUP=%s -t %s %s\npush %s\n", shq(g.Image), shq(it.Image), shq(g.Name+"/"+tdir), shq(it.Image))
+		fmt.Fprintf(&sh, "\"$ENGINE\" build --force-rm --build-arg GROUP=%s -t %s %s\npush %s\n", shq(g.Image), shq(it.Image), shq(g.Name+"/"+tdir), shq(it.Image))
 	}
 	return sh.String(), nil
 }
