@@ -264,7 +264,7 @@ func TestAdaptedImages(t *testing.T) {
 	require.Equal(t, 0, code, "adapt failed:\n%s", tail(stderr, 60))
 	require.Empty(t, m.Errors)
 	require.Len(t, m.Tasks, len(dirs))
-	figure("adapt of %d tasks in %d groups (first run builds the bases): %.1fs", len(m.Tasks), len(m.Groups), time.Since(start).Seconds())
+	figure("adapt of %d tasks in %d groups (bases built, or from the build cache of an earlier run): %.1fs", len(m.Tasks), len(m.Groups), time.Since(start).Seconds())
 	for _, g := range m.Groups {
 		figure("  group %s (%s): %.1fs, %.1f MB over the base, installed %v, %s", g.Name, strings.Join(g.Tasks, ","), g.Seconds, float64(g.LayerBytes)/1e6, g.Installed, g.Assembly)
 	}
