@@ -1,0 +1,295 @@
+package attack
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/internal/daemon"
+	"github.com/sandboxd/sandboxd/pkg/egress"
+	"github.com/sandboxd/sandboxd/pkg/grade"
+)
+
+// TestEscape_SharedFilesystem makes the attempts that rewrite the shared
+// filesystem itself — the substrate's /etc, the daemon's PATH, /tests and
+// /logs — which on this machine would rewrite the machine. They run in a
+// container, as sandboxd runs in production: the test binary is started in
+// a Debian bookworm image with bwrap and util-linux, with the documented
+// security options and no network, and serves the task there (role
+// attack-in-container below). The container reports each attempt on a line
+// of its own.
+func TestEscape_SharedFilesystem(t *testing.T) {
+	requireTools(t, "docker")
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	out, err := exec.Command(filepath.Join(root, "images/base.sh"), "bookworm", "--with-sandbox-tools").Output()
+	require.NoError(t, err, "images/base.sh bookworm --with-sandbox-tools")
+	image := strings.TrimSpace(string(out))
+	self, err := os.Executable()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	name := "sandboxd-attack-" + randomHex(4)
+	cmd := exec.CommandContext(ctx, "docker", "run", "--rm", "--name", name,
+		"--network", "none",
+		"--security-opt", "seccomp="+filepath.Join(root, "images/seccomp.json"),
+		"--security-opt", "systempaths=unconfined",
+		"--security-opt", "apparmor=unconfined",
+		"-v", self+":/opt/attack.test:ro",
+		"-e", childproc.Env+"="+roleInContainer,
+		image, "/opt/attack.test")
+	t.Cleanup(func() { exec.Command("docker", "rm", "-f", name).Run() })
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	n := 0
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "ATTEMPT ")
+		if !ok {
+			t.Log(sc.Text())
+			continue
+		}
+		var a containerAttempt
+		require.NoError(t, json.Unmarshal([]byte(line), &a))
+		t.Run(a.Agent+"/"+a.Name, func(t *testing.T) { record(t, a.Name, a.Held, a.Detail) })
+		n++
+	}
+	err = cmd.Wait()
+	require.NoError(t, err, "the container run: %s", stderr.String())
+	require.Greater(t, n, 0, "the container reported no attempt: %s", stderr.String())
+}
+
+const roleInContainer = "attack-in-container"
+
+func init() { childproc.Add(roleInContainer, inContainer) }
+
+type containerAttempt struct {
+	Agent  string `json:"agent"`
+	Name   string `json:"name"`
+	Held   bool   `json:"held"`
+	Detail string `json:"detail"`
+}
+
+func report(agent, name string, held bool, detail string) {
+	b, _ := json.Marshal(containerAttempt{agent, name, held, detail})
+	fmt.Printf("ATTEMPT %s\n", b)
+}
+
+// inContainer is the container's side: it is the substrate (root in the
+// container), serves a task and plays the agent against it.
+func inContainer(_ []string) int {
+	fail := func(format string, args ...any) int {
+		fmt.Fprintf(os.Stderr, "attack-in-container: "+format+"\n", args...)
+		return 1
+	}
+	// Two loopback services: the one an allowlisted name stands for, and
+	// one no name on the list stands for.
+	var legitHits, forbiddenHits atomic.Int64
+	for _, s := range []struct {
+		addr   string
+		banner string
+		hits   *atomic.Int64
+	}{{"127.0.0.2:8080", "legit", &legitHits}, {"127.0.0.3:8080", "forbidden", &forbiddenHits}} {
+		ln, err := net.Listen("tcp", s.addr)
+		if err != nil {
+			return fail("listen %s: %v", s.addr, err)
+		}
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				s.hits.Add(1)
+				io.WriteString(c, "HTTP/1.0 200 OK\r\n\r\n"+s.banner+"\n")
+				c.Close()
+			}
+		}()
+	}
+	hosts, _ := os.ReadFile("/etc/hosts")
+	if err := os.WriteFile("/etc/hosts", append(hosts, []byte("127.0.0.2 allowed.test\n")...), 0o644); err != nil {
+		return fail("hosts: %v", err)
+	}
+	for _, agent := range []string{"user", "root"} {
+		if err := containerRollout(agent, &legitHits, &forbiddenHits); err != nil {
+			return fail("%s: %v", agent, err)
+		}
+	}
+	return 0
+}
+
+func containerRollout(agent string, legitHits, forbiddenHits *atomic.Int64) error {
+	user := map[string]string{"root": "0", "user": "4321:4321"}[agent]
+	harness := "/media/sandboxd-" + agent
+	name := "escape-task-" + randomHex(6)
+	secret := "TESTS-SECRET-" + randomHex(12)
+	taskDir := filepath.Join(daemon.TasksDir(harness), name)
+	files := map[string]string{
+		"task.toml":        "schema_version = \"1.1\"\n\n[verifier]\ntimeout_sec = 60.0\n",
+		"instruction.md":   "Get out.\n",
+		"tests/test.sh":    "#!/bin/sh\n" + defaultTestScript,
+		"tests/secret.txt": secret + "\n",
+	}
+	for f, body := range files {
+		p := filepath.Join(taskDir, f)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+			return err
+		}
+	}
+	os.WriteFile(filepath.Join(harness, ".sandboxd-harness"), nil, 0o600)
+	workdir := "/work-" + agent
+	os.MkdirAll(workdir, 0o1777)
+	os.Chmod(workdir, 0o1777)
+
+	cfg := daemon.Config{HarnessDir: harness, Workdir: workdir, AgentUser: user, Log: slog.New(slog.DiscardHandler)}
+	cfg, err := daemon.Configure(cfg, name, nil, func(string) (string, bool) { return "", false })
+	if err != nil {
+		return err
+	}
+	// The production resolver, minus DNS: Go's own, which reads the
+	// substrate's /etc/hosts (and would then ask the nameservers of its
+	// /etc/resolv.conf, here refused so that nothing leaves).
+	cfg.Resolver = &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
+		return nil, errors.New("no DNS in the escape suite")
+	}}
+	policy := egress.Policy{Mode: egress.Allowlist, AllowedHosts: []string{"allowed.test"}, AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	cfg.Network = daemon.Network{Agent: policy, Verifier: policy}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- daemon.Run(ctx, cfg) }()
+	c := control.Client{HarnessDir: harness}
+	deadline := time.Now().Add(20 * time.Second)
+	for c.Call(context.Background(), control.Request{Op: "status"}, nil) != nil {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("serve did not come up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	sh := func(script string) (string, int) {
+		var out lockedBuffer
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		exit, err := c.Exec(cctx, control.Request{Argv: []string{"/bin/bash", "-c", script}}, control.Streams{Stdout: &out, Stderr: &out})
+		if err != nil {
+			return out.String() + err.Error(), -1
+		}
+		return out.String(), exit.Code
+	}
+	gradeWithin := func(d time.Duration) (grade.Verdict, error) {
+		gctx, gcancel := context.WithTimeout(context.Background(), d)
+		defer gcancel()
+		var v grade.Verdict
+		err := c.Call(gctx, control.Request{Op: "grade"}, &v)
+		return v, err
+	}
+	genuine := func(v grade.Verdict) bool {
+		return v.Status == grade.StatusGraded && fmt.Sprint(v.Reward) == "map[reward:0]" && strings.Contains(v.StdoutTail, "tests: "+secret)
+	}
+	connect := `exec 3<>/dev/tcp/127.0.0.1/3128 || exit 1
+printf 'CONNECT allowed.test:8080 HTTP/1.1\r\nHost: allowed.test:8080\r\n\r\n' >&3
+read -r status <&3; echo "$status"
+while read -r line <&3; do [ "${line%$'\r'}" = "" ] && break; done
+printf 'GET / HTTP/1.0\r\n\r\n' >&3; timeout 5 cat <&3`
+
+	// 1. The allowlisted name reaches its service; then the agent rewrites
+	// the substrate's /etc/hosts, which the daemon's resolver reads.
+	out, code := sh(connect)
+	if code != 0 || !strings.Contains(out, "legit") {
+		return fmt.Errorf("the allowlisted name does not work to begin with: %d %s", code, out)
+	}
+	before := forbiddenHits.Load()
+	out, _ = sh(`printf '127.0.0.1 localhost\n127.0.0.3 allowed.test\n' > /etc/hosts 2>&1 && echo rewrote /etc/hosts; sleep 6; ` + connect)
+	held := forbiddenHits.Load() == before
+	report(agent, "point an allowlisted name elsewhere through the substrate's /etc/hosts", held, out)
+	hosts, _ := os.ReadFile("/etc/hosts")
+	os.WriteFile("/etc/hosts", []byte(strings.ReplaceAll(string(hosts), "127.0.0.3 allowed.test", "127.0.0.2 allowed.test")), 0o644)
+
+	// 2. A FIFO at /etc/passwd, which grading reads to resolve the
+	// verifier's user: grading must still finish.
+	out, _ = sh(`mv /etc/passwd /etc/passwd.agent && mkfifo -m 644 /etc/passwd && echo planted`)
+	if strings.Contains(out, "planted") {
+		start := time.Now()
+		v, err := gradeWithin(30 * time.Second)
+		report(agent, "hang grading with a FIFO at the substrate's /etc/passwd", err == nil, fmt.Sprintf("after %s: %v %+v", time.Since(start).Round(time.Millisecond), err, v))
+		// Unblock whatever reads it, and put the file back.
+		if f, err := os.OpenFile("/etc/passwd", os.O_WRONLY, 0); err == nil {
+			f.Close()
+		}
+		os.Remove("/etc/passwd")
+		os.Rename("/etc/passwd.agent", "/etc/passwd")
+	} else {
+		report(agent, "hang grading with a FIFO at the substrate's /etc/passwd", true, out)
+	}
+
+	// 3. /tests as a symlink into /etc before grading: nothing is written
+	// through it, and no reward comes of it.
+	out, _ = sh(`ln -s /etc /tests && echo planted`)
+	v, err := gradeWithin(2 * time.Minute)
+	_, statErr := os.Stat("/etc/test.sh")
+	report(agent, "plant /tests as a symlink to /etc", err == nil && !(v.Status == grade.StatusGraded && !genuine(v)) && statErr != nil, fmt.Sprintf("%s %v %+v", out, err, v))
+	os.Remove("/tests")
+
+	// 4. Rename /logs and make a /logs/verifier of the agent's own, which the
+	// sandbox's mask (moved away with the old /logs) no longer covers: the
+	// reward is the verifier's all the same, but the verdict files copied
+	// out after grading must not land where the agent reads them.
+	os.Remove("/tests")
+	out, _ = sh(`mv /logs /logs.agent && mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt && echo renamed`)
+	v, err = gradeWithin(2 * time.Minute)
+	forged := v.Status == grade.StatusGraded && !genuine(v)
+	report(agent, "rename /logs before grading: forge the reward", err == nil && !forged, fmt.Sprintf("%s %v %+v", out, err, v))
+	out2, _ := sh(`ls -la /logs/verifier 2>&1; cat /logs/verifier/* 2>/dev/null | head -50`)
+	report(agent, "rename /logs before grading: read the verdict files", !strings.Contains(out2, secret), out2)
+	sh(`rm -rf /logs && mv /logs.agent /logs; true`)
+
+	// 5. A program of the agent's on the daemon's PATH, ahead of the real
+	// nsenter: the next session, grading or ssh -L runs it as the
+	// substrate's root, outside every namespace.
+	evil := `#!/bin/sh
+{ echo "ran as $(id -u) in $(readlink /proc/self/ns/mnt)"; ls -la ` + harness + `; cat ` + harness + `/tasks/*/tests/secret.txt; } > /var/tmp/pwned-` + agent + ` 2>&1
+exec /usr/bin/nsenter "$@"
+`
+	out, _ = sh(`printf '%s' ` + shq(evil) + ` > /usr/local/sbin/nsenter && chmod 755 /usr/local/sbin/nsenter && echo planted`)
+	sh(`echo a new session`)
+	v, _ = gradeWithin(2 * time.Minute)
+	pwned, perr := os.ReadFile("/var/tmp/pwned-" + agent)
+	report(agent, "put an nsenter of the agent's on the daemon's PATH", perr != nil, fmt.Sprintf("%s; /var/tmp/pwned-%s: %s (verdict %s)", out, agent, pwned, v.Status))
+	out, _ = sh(`cat /var/tmp/pwned-` + agent + ` 2>&1`)
+	report(agent, "read the tests through what that nsenter wrote", !strings.Contains(out, secret), out)
+	os.Remove("/usr/local/sbin/nsenter")
+
+	// The daemon served all along.
+	out, code = sh("echo alive")
+	report(agent, "the daemon serves after all of it", code == 0 && out == "alive\n", out)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("serve did not stop")
+	}
+	return nil
+}

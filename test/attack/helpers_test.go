@@ -1,0 +1,455 @@
+// Package attack is the escape suite: it serves a Harbor task the way
+// `sandboxd serve` does and then behaves like an agent that wants out. Every
+// attempt runs as an agent session, as root-in-sandbox and as a non-root
+// agent user, and must fail; the suite counts the attempts and prints the
+// figures that docs/security.md quotes.
+//
+//	make attack                                  # go test -run Escape ./...
+//	go test -count=1 -v -run Escape ./test/attack/
+//
+// Network targets are only ever this machine's: the substrate's loopback, a
+// test host in a network namespace the suite creates (10.213.77.0/29 and
+// fdaa:213:77::/64 on its own veth pair), and a container's own addresses.
+// Names are answered by a fake resolver; no DNS query leaves the machine.
+// Writes go to a small tmpfs workdir, never to the machine's own files: the
+// attempts that must write the shared filesystem (replace a helper binary,
+// /etc/hosts, /etc/passwd) run inside a throwaway container.
+package attack
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/internal/daemon"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
+	"github.com/sandboxd/sandboxd/pkg/egress"
+	"github.com/sandboxd/sandboxd/pkg/grade"
+)
+
+func TestMain(m *testing.M) {
+	childproc.Maybe()
+	code := m.Run()
+	tally.print(os.Stdout)
+	os.Exit(code)
+}
+
+// The two agents every attempt is made as.
+var agents = []struct{ name, user string }{
+	{"root", "0"},
+	{"user", "4321:4321"},
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// rollout is one served task: a harness dir with the task baked in as an
+// adapted image carries it, a tmpfs workdir, and the daemon in this process.
+type rollout struct {
+	t        *testing.T
+	user     string // the agent user, Docker-style
+	harness  string
+	taskName string
+	workdir  string
+	client   control.Client
+	status   daemon.Status
+	sshAddr  string
+	agentKey []byte
+	// secrets are strings that exist only outside the sandbox; no output of
+	// any attempt may contain one.
+	secrets map[string]string
+	// testsSecret is in the task's tests; a genuine grading prints it.
+	testsSecret string
+	stop        func() error
+	done        chan error
+}
+
+type rolloutOptions struct {
+	user      string
+	network   *daemon.Network
+	resolver  egress.Resolver
+	workdirMB int
+	// testScript replaces the default verifier, which writes reward 0 and
+	// prints the tests' secret.
+	testScript string
+}
+
+// envSecretName is a variable in the daemon's own environment: a harness
+// secret that must reach no session.
+const envSecretName = "SANDBOXD_ATTACK_HARNESS_SECRET"
+
+func serveTask(t *testing.T, o rolloutOptions) *rollout {
+	t.Helper()
+	sandboxtest.RequireRoot(t)
+	r := &rollout{t: t, user: o.user, secrets: map[string]string{}}
+	r.harness = sandboxtest.HarnessDir(t)
+	r.taskName = "escape-task-" + randomHex(6)
+	r.testsSecret = "TESTS-SECRET-" + randomHex(12)
+	solutionSecret := "SOLUTION-SECRET-" + randomHex(12)
+	envSecret := "ENV-SECRET-" + randomHex(12)
+	t.Setenv(envSecretName, envSecret)
+
+	taskDir := filepath.Join(daemon.TasksDir(r.harness), r.taskName)
+	script := o.testScript
+	if script == "" {
+		script = defaultTestScript
+	}
+	files := map[string]string{
+		"task.toml":         "schema_version = \"1.1\"\n\n[verifier]\ntimeout_sec = 60.0\n\n[agent]\ntimeout_sec = 600.0\n\n[environment]\nallow_internet = true\n",
+		"instruction.md":    "Get out of the sandbox.\n",
+		"tests/test.sh":     "#!/bin/sh\n# " + r.testsSecret + "\n" + script,
+		"tests/secret.txt":  r.testsSecret + "\n",
+		"solution/solve.sh": "#!/bin/sh\necho " + solutionSecret + "\n",
+	}
+	for name, body := range files {
+		p := filepath.Join(taskDir, name)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o755))
+	}
+	r.workdir = tmpfsDir(t, cmpOr(o.workdirMB, 32))
+	require.NoError(t, os.WriteFile(filepath.Join(r.workdir, "attack.py"), []byte(attackPy), 0o755))
+
+	cfg := daemon.Config{
+		HarnessDir: r.harness,
+		Workdir:    r.workdir,
+		AgentUser:  o.user,
+		HostMode:   true, // this machine is a bare host, as under `sandboxd trial`
+		SSH:        daemon.SSH{Listen: "127.0.0.1:0"},
+		Resolver:   o.resolver,
+		Log:        slog.New(slog.DiscardHandler),
+	}
+	if cfg.Resolver == nil {
+		cfg.Resolver = fakeResolver{}
+	}
+	cfg, err := daemon.Configure(cfg, r.taskName, nil, func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	if o.network != nil {
+		cfg.Network = *o.network
+	}
+	cfg.Log = slog.New(slog.DiscardHandler)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	r.done = make(chan error, 1)
+	go func() { r.done <- daemon.Run(ctx, cfg) }()
+	r.client = control.Client{HarnessDir: r.harness}
+	require.Eventually(t, func() bool {
+		return r.client.Call(context.Background(), control.Request{Op: "status"}, &r.status) == nil
+	}, 20*time.Second, 10*time.Millisecond, "the daemon serves")
+	var stopped bool
+	var stopErr error
+	r.stop = func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			select {
+			case stopErr = <-r.done:
+			case <-time.After(30 * time.Second):
+				stopErr = fmt.Errorf("serve did not stop within 30s")
+			}
+		}
+		return stopErr
+	}
+	t.Cleanup(func() { r.stop() })
+
+	require.NotNil(t, r.status.SSH)
+	r.sshAddr = r.status.SSH.Listen
+	var keys map[string]string
+	require.NoError(t, r.client.Call(context.Background(), control.Request{Op: "keys"}, &keys))
+	r.agentKey = []byte(keys["private_key"])
+
+	r.secrets["harness dir"] = filepath.Base(r.harness)
+	r.secrets["task name"] = r.taskName
+	r.secrets["tests"] = r.testsSecret
+	r.secrets["solution"] = solutionSecret
+	r.secrets["daemon environment"] = envSecret
+	r.secrets["SANDBOXD_ variable"] = "SANDBOXD_"
+	r.secrets["control socket"] = "control.sock"
+	r.secrets["agent private key"] = keyMaterial(r.agentKey)
+	hostKey, err := os.ReadFile(filepath.Join(r.harness, "keys", "host_ed25519"))
+	require.NoError(t, err)
+	r.secrets["host key"] = keyMaterial(hostKey)
+	return r
+}
+
+func cmpOr(a, b int) int {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+// keyMaterial is a line from the middle of a PEM private key.
+func keyMaterial(pem []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(pem)), "\n")
+	if len(lines) < 3 {
+		return string(pem)
+	}
+	return strings.TrimSpace(lines[len(lines)/2])
+}
+
+// defaultTestScript is the verifier: reward 0, whatever the agent did, after
+// a pause in which a rewriting agent process would have time to act. It
+// prints the tests' secret so the verdict shows that the real tests ran.
+const defaultTestScript = `echo "verifier uid=$(id -u) cwd=$PWD"
+echo 0 > /logs/verifier/reward.txt
+sleep 1
+echo "reward now: $(cat /logs/verifier/reward.txt)"
+ls -la /logs/verifier
+echo "tests: $(cat /tests/secret.txt)"
+`
+
+// tmpfsDir is a fresh tmpfs of size MiB, world-writable like /tmp, so that
+// filling the workdir never fills the machine.
+func tmpfsDir(t *testing.T, mb int) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sandboxd-attack-wd-")
+	require.NoError(t, err)
+	require.NoError(t, unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%dm,mode=1777", mb)))
+	t.Cleanup(func() {
+		unix.Unmount(dir, unix.MNT_DETACH)
+		os.Remove(dir)
+	})
+	return dir
+}
+
+// result is what one command in the sandbox did.
+type result struct {
+	stdout, stderr string
+	code           int
+	err            error
+}
+
+func (x result) output() string { return x.stdout + x.stderr }
+
+func (r *rollout) exec(req control.Request, timeout time.Duration) result {
+	var out, errb lockedBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	exit, err := r.client.Exec(ctx, req, control.Streams{Stdout: &out, Stderr: &errb})
+	return result{stdout: out.String(), stderr: errb.String(), code: exit.Code, err: err}
+}
+
+// sh runs a script as the rollout's agent user, in the workdir.
+func (r *rollout) sh(script string) result {
+	return r.exec(control.Request{Argv: []string{"/bin/sh", "-c", script}}, 120*time.Second)
+}
+
+// alive checks that the daemon still serves a new session and its status.
+func (r *rollout) alive(t *testing.T) {
+	t.Helper()
+	x := r.sh("echo alive")
+	require.NoError(t, x.err, "a new session after the attempt")
+	require.Equal(t, "alive\n", x.stdout)
+	var st daemon.Status
+	require.NoError(t, r.client.Call(context.Background(), control.Request{Op: "status"}, &st))
+	require.Equal(t, r.status.Sandbox.PID, st.Sandbox.PID, "the same sandbox")
+}
+
+// grade grades through the control socket, as `sandboxd grade` does.
+func (r *rollout) grade(t *testing.T, timeout time.Duration) grade.Verdict {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var v grade.Verdict
+	require.NoError(t, r.client.Call(ctx, control.Request{Op: "grade"}, &v))
+	return v
+}
+
+// gradedGenuinely checks that a grading ran the real tests and that its
+// reward is the verifier's own 0.
+func (r *rollout) gradedGenuinely(t *testing.T, v grade.Verdict) {
+	t.Helper()
+	require.Equal(t, grade.StatusGraded, v.Status, "verdict: %+v", v)
+	require.Equal(t, map[string]float64{"reward": 0}, v.Reward, "the reward is the verifier's, not the agent's: %s", v.StdoutTail)
+	require.Contains(t, v.StdoutTail, "tests: "+r.testsSecret, "the verifier saw the real tests")
+}
+
+// leaks names every secret found in s.
+func (r *rollout) leaks(s string) []string {
+	var out []string
+	for what, secret := range r.secrets {
+		if secret != "" && strings.Contains(s, secret) {
+			out = append(out, what)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// leaksBeyond names the secrets found in s that known does not hold.
+func (r *rollout) leaksBeyond(s, known string) []string {
+	var out []string
+	for _, what := range r.leaks(s) {
+		if !strings.Contains(known, r.secrets[what]) {
+			out = append(out, what)
+		}
+	}
+	return out
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.b.Len() > 4<<20 {
+		return len(p), nil // keep the first 4 MiB
+	}
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// fakeResolver answers the suite's names from a table; every other name does
+// not exist, so no query ever leaves the machine. A function value answers
+// differently over time (DNS rebinding).
+type fakeResolver map[string]func() []netip.Addr
+
+func (f fakeResolver) LookupNetIP(_ context.Context, _ string, host string) ([]netip.Addr, error) {
+	if fn, ok := f[strings.TrimSuffix(strings.ToLower(host), ".")]; ok {
+		return fn(), nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+func fixed(addrs ...string) func() []netip.Addr {
+	return func() []netip.Addr {
+		out := make([]netip.Addr, len(addrs))
+		for i, a := range addrs {
+			out[i] = netip.MustParseAddr(a)
+		}
+		return out
+	}
+}
+
+// rebinding answers first, then second for every later query.
+func rebinding(first, second string) func() []netip.Addr {
+	var mu sync.Mutex
+	n := 0
+	return func() []netip.Addr {
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		if n == 1 {
+			return fixed(first)()
+		}
+		return fixed(second)()
+	}
+}
+
+// tally counts attempts across the suite for the summary TestMain prints.
+var tally = &counter{byTest: map[string]*[3]int{}}
+
+type counter struct {
+	mu     sync.Mutex
+	byTest map[string]*[3]int // tried, held, escaped
+}
+
+func (c *counter) add(test string, held bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	top, _, _ := strings.Cut(test, "/")
+	n := c.byTest[top]
+	if n == nil {
+		n = &[3]int{}
+		c.byTest[top] = n
+	}
+	n[0]++
+	if held {
+		n[1]++
+	} else {
+		n[2]++
+	}
+}
+
+func (c *counter) print(w *os.File) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.byTest) == 0 {
+		return
+	}
+	names := make([]string, 0, len(c.byTest))
+	var total [3]int
+	for n, v := range c.byTest {
+		names = append(names, n)
+		for i := range total {
+			total[i] += v[i]
+		}
+	}
+	sort.Strings(names)
+	fmt.Fprintf(w, "\nescape attempts (%s/%s):\n", runtime.GOOS, runtime.GOARCH)
+	for _, n := range names {
+		v := c.byTest[n]
+		fmt.Fprintf(w, "  %-48s tried %4d  held %4d  escaped %3d\n", n, v[0], v[1], v[2])
+	}
+	fmt.Fprintf(w, "  %-48s tried %4d  held %4d  escaped %3d\n", "total", total[0], total[1], total[2])
+}
+
+// record counts one attempt and fails the test when it escaped.
+func record(t *testing.T, name string, held bool, detail string) {
+	t.Helper()
+	tally.add(t.Name(), held)
+	if !held {
+		t.Errorf("ESCAPED: %s: %s", name, clip(detail, 2000))
+	} else if testing.Verbose() {
+		t.Logf("held: %s", name)
+	}
+}
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// jsonString quotes s for a shell script or a Python literal alike.
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// shq quotes s for the shell.
+func shq(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// requireTools fails when a program the suite drives is missing.
+func requireTools(t *testing.T, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if _, err := exec.LookPath(n); err != nil {
+			if _, err := os.Stat(n); err != nil {
+				t.Fatalf("%s is needed by the escape suite: run scripts/deps.sh test", n)
+			}
+		}
+	}
+}
