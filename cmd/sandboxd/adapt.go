@@ -12,7 +12,7 @@ import (
 )
 
 func runAdapt(ctx context.Context, args []string) int {
-	fs := flags("adapt", "TASK_DIR... [--tag PREFIX] [--out DIR] [--push] [--json]")
+	fs := flags("adapt", "TASK_DIR... [--tag PREFIX] [--out DIR] [--push] [--json] [--compose-dir DIR]")
 	prefix := fs.String("tag", layer.DefaultPrefix, "image repository prefix: PREFIX/<dataset>-<hash12> per group, PREFIX/<dataset>:<task> per task")
 	out := fs.String("out", "", "write build contexts and build.sh to DIR and build nothing")
 	push := fs.Bool("push", false, "push every image made")
@@ -59,6 +59,9 @@ func runAdapt(ctx context.Context, args []string) int {
 		m.WriteTable(os.Stdout)
 	}
 	for _, e := range m.Errors {
+		if err != nil && e.Error == err.Error() {
+			continue // said once below, not once per task
+		}
 		fmt.Fprintf(os.Stderr, "sandboxd: adapt: %s: %s\n", e.Dir, e.Error)
 	}
 	if err != nil {

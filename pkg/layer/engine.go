@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -361,6 +362,12 @@ func (c *CLI) stream(ctx context.Context, log io.Writer, args ...string) ([]stri
 			if log != nil {
 				fmt.Fprintln(log, line)
 			}
+			// The tail goes into an error message: no colour codes, and
+			// not the client's notice about its own builder.
+			line = ansiEscape.ReplaceAllString(line, "")
+			if legacyNotice.MatchString(line) {
+				continue
+			}
 			if len(tail) == tailLines {
 				tail = tail[1:]
 			}
@@ -376,6 +383,11 @@ func (c *CLI) stream(ctx context.Context, log io.Writer, args ...string) ([]stri
 	}
 	return tail, nil
 }
+
+var (
+	ansiEscape   = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
+	legacyNotice = regexp.MustCompile(`^\s*(DEPRECATED: The legacy builder is deprecated|Install the buildx component to build images|https://docs\.docker\.com/go/buildx/|$)`)
+)
 
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))

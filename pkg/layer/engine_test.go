@@ -27,8 +27,10 @@ version)
 build)
 	iid=; prev=
 	for a in "$@"; do [ "$prev" = --iidfile ] && iid=$a; prev=$a; done
+	echo "DEPRECATED: The legacy builder is deprecated and will be removed in a future release."
 	i=1; while [ $i -le 50 ]; do echo "step $i"; i=$((i+1)); done
-	[ -n "$FAKE_FAIL" ] && { echo "E: Unable to locate package nonsense" >&2; exit 100; }
+	echo
+	[ -n "$FAKE_FAIL" ] && { printf '\033[91mE: Unable to locate package nonsense\033[0m\n' >&2; exit 100; }
 	[ -n "$FAKE_SLOW" ] && exec sleep 30
 	echo sha256:built >"$iid";;
 image)
