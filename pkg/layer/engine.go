@@ -144,9 +144,10 @@ func Detect(ctx context.Context) (*CLI, error) {
 			kind = "podman"
 		}
 		cli := &CLI{Path: path, Kind: kind}
+		// The server's version: asking for it is what proves the engine answers.
 		format := "{{.Server.Version}}"
 		if kind == "podman" {
-			format = "{{.Version}}"
+			format = "{{.Client.Version}}" // podman has a server only when remote
 		}
 		vctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		out, err := cli.output(vctx, "version", "--format", format)
