@@ -36,10 +36,10 @@ func runServe(ctx context.Context, args []string) int {
 		handler = slog.NewTextHandler(os.Stderr, nil)
 	}
 	log := slog.New(handler)
-	if rest := fs.Args(); len(rest) > 0 {
-		// Stock Harbor starts every image with `sh -c "sleep infinity"`.
-		log.Info("ignoring the container's command", "argv", rest)
-	}
+	// Stock Harbor starts every image with `sh -c "sleep infinity"`. serve
+	// itself ignores it; an image ENTRYPOINT gets it as its arguments, as
+	// Docker would have given them (ENTRYPOINT + CMD).
+	rest := fs.Args()
 	stopReaper := daemon.ReapOrphans(ctx, log)
 	defer stopReaper()
 	cfg := daemon.Config{
@@ -69,6 +69,11 @@ func runServe(ctx context.Context, args []string) int {
 	if err != nil {
 		log.Error("serve failed", "err", err)
 		return fail("serve: %v", err)
+	}
+	if len(cfg.Entrypoint) > 0 {
+		cfg.Entrypoint = append(cfg.Entrypoint, rest...)
+	} else if len(rest) > 0 {
+		log.Info("ignoring the container's command", "argv", rest)
 	}
 	err = daemon.Run(ctx, cfg)
 	if err != nil {
