@@ -76,10 +76,13 @@ type Daemon struct {
 	lockFile *os.File
 	warnings []string
 	peers    []placedPeer
-	files    []bwrap.DataFile
-	egress   *egressRuntime
-	ssh      *sshDoor
-	onReady  func() // called once everything serves; trial waits for it
+	// visitorHosts is the hosts file with the peers that visitors (the
+	// verifier, the healthcheck) get, so they resolve the names the agent does.
+	visitorHosts string
+	files        []bwrap.DataFile
+	egress       *egressRuntime
+	ssh          *sshDoor
+	onReady      func() // called once everything serves; trial waits for it
 	// leftovers keeps reading the output of background processes that
 	// outlive their exec, so they never die of SIGPIPE.
 	leftovers *ptyrelay.Leftovers
@@ -196,6 +199,16 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 	runDir := filepath.Join(cfg.HarnessDir, "run")
 	if err := prepareHarnessDir(cfg.HarnessDir); err != nil {
 		return nil, err
+	}
+	if len(d.peers) > 0 {
+		hosts, err := hostsFile(d.peers)
+		if err != nil {
+			return nil, err
+		}
+		d.visitorHosts = filepath.Join(runDir, "hosts")
+		if err := os.WriteFile(d.visitorHosts, hosts, 0o644); err != nil {
+			return nil, fmt.Errorf("write the visitors' hosts file: %w", err)
+		}
 	}
 	lock, err := lockHarness(runDir)
 	if err != nil {

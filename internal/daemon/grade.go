@@ -51,6 +51,7 @@ func (d *Daemon) Grade(ctx context.Context, timeout time.Duration) (grade.Verdic
 		Timeout:    timeout,
 		Mask:       d.visitorMasks(),
 		LogsDir:    "/logs/verifier",
+		Hosts:      d.visitorHosts,
 		Log:        d.log,
 	})
 }

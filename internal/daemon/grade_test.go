@@ -161,3 +161,19 @@ retries = 2
 	r := s.sh(t, "ps -eo args | grep -c '[t]est -e' || true")
 	assert.Equal(t, "0\n", r.stdout, "the agent never sees the healthcheck")
 }
+
+// The verifier resolves the task's peers by the names the agent uses.
+func TestVerifierResolvesPeerNames(t *testing.T) {
+	port := upstream(t, "from the peer")
+	dir := taskDir(t, "", `getent hosts sidecar > /logs/verifier/hosts; curl -sS --max-time 5 --noproxy '*' http://sidecar:8099/ > /logs/verifier/body; echo 1 > /logs/verifier/reward.txt`)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "sandboxd.toml"), []byte(fmt.Sprintf("[[peers]]\nname = \"sidecar\"\nport = 8099\ntarget = \"127.0.0.1:%d\"\n", port)), 0o644))
+	s := serveTask(t, dir, Config{})
+	v := gradeNow(t, s)
+	require.Equal(t, grade.StatusGraded, v.Status, v.Message+v.StdoutTail)
+	hosts, _ := os.ReadFile("/logs/verifier/hosts")
+	body, _ := os.ReadFile("/logs/verifier/body")
+	assert.Contains(t, string(hosts), "127.0.0.1")
+	assert.Equal(t, "from the peer", string(body))
+	b, _ := os.ReadFile("/etc/hosts")
+	assert.NotContains(t, string(b), "sidecar", "the substrate's hosts file is untouched")
+}

@@ -37,7 +37,7 @@ func (d *Daemon) watchHealth(ctx context.Context) {
 		res, err := grade.Check(ctx, grade.CheckConfig{
 			Target: d.target, HarnessDir: d.cfg.HarnessDir, User: user, Env: env,
 			Workdir: d.cfg.Workdir, Argv: []string{"/bin/sh", "-c", hc.Command},
-			Timeout: hc.Timeout, Mask: d.visitorMasks(),
+			Timeout: hc.Timeout, Mask: d.visitorMasks(), Hosts: d.visitorHosts,
 		})
 		if ctx.Err() != nil {
 			return

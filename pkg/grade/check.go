@@ -20,6 +20,7 @@ type CheckConfig struct {
 	Argv       []string
 	Timeout    time.Duration
 	Mask       []string
+	Hosts      string // as Config.Hosts
 }
 
 // CheckResult is how a healthcheck ended.
@@ -39,6 +40,7 @@ func Check(ctx context.Context, cfg CheckConfig) (CheckResult, error) {
 	params := visitorParams{
 		Holder: cfg.Target.PID,
 		Mask:   masks(Config{HarnessDir: cfg.HarnessDir, Mask: cfg.Mask}),
+		Hosts:  cfg.Hosts,
 		Spec:   join.Spec{User: cfg.User, Env: cfg.Env, Dir: cfg.Workdir, Argv: cfg.Argv},
 	}
 	run, err := runVisitor(ctx, cfg.Target, params, out, cfg.Timeout)

@@ -42,7 +42,12 @@ type Config struct {
 	// harness dir next to it: the task dir under `trial`, host sockets.
 	Mask    []string
 	LogsDir string // the real /logs/verifier, to copy the verdict files into afterwards; "" = do not copy
-	Log     *slog.Logger
+	// Hosts, when set, is a file in the harness dir bound over /etc/hosts in
+	// the verifier's view: the substrate's hosts plus the task's peers, the
+	// same names the agent's view has (inside a container, Docker's DNS is
+	// out of the sandbox network's reach).
+	Hosts string
+	Log   *slog.Logger
 }
 
 // Run grades the sandbox once: it copies the tests and makes a verdict
@@ -122,8 +127,9 @@ func Run(ctx context.Context, cfg Config) (Verdict, error) {
 			{Source: filepath.Join(ws.dir, "tests"), Target: testsMount, Dev: mp.dev, Ino: mp.ino},
 			{Source: filepath.Join(ws.dir, "verdict"), Target: verdictMount, Dev: vst.Dev, Ino: vst.Ino},
 		},
-		Mask: masks(cfg),
-		Spec: join.Spec{User: cfg.User, Env: cfg.Env, Dir: cfg.Workdir, Argv: []string{testsMount + "/test.sh"}},
+		Mask:  masks(cfg),
+		Hosts: cfg.Hosts,
+		Spec:  join.Spec{User: cfg.User, Env: cfg.Env, Dir: cfg.Workdir, Argv: []string{testsMount + "/test.sh"}},
 	}
 	log.Info("grade: verifier starting", "dir", ws.dir, "uid", cfg.User.UID, "gid", cfg.User.GID, "workdir", cfg.Workdir, "timeout", timeout)
 	run, err := runVisitor(ctx, cfg.Target, params, ws.output, timeout)

@@ -47,7 +47,8 @@ type visitorParams struct {
 	Holder int       `json:"holder"` // the sandbox's pid 1, whose mount namespace gets the pins
 	Pin    []string  `json:"pin"`    // bind targets to pin in the sandbox's view (see pin)
 	Binds  []bind    `json:"binds"`
-	Mask   []string  `json:"mask"` // covered by an empty read-only tmpfs (a file: by /dev/null)
+	Mask   []string  `json:"mask"`  // covered by an empty read-only tmpfs (a file: by /dev/null)
+	Hosts  string    `json:"hosts"` // a hosts file bound over /etc/hosts; "" keeps the substrate's
 	Spec   join.Spec `json:"spec"`
 }
 
@@ -262,6 +263,11 @@ func buildView(p visitorParams) error {
 			return err
 		}
 	}
+	if p.Hosts != "" {
+		if err := bindHosts(p.Hosts); err != nil {
+			return err
+		}
+	}
 	for _, m := range p.Mask {
 		if err := mask(m, true); err != nil {
 			return err
@@ -453,6 +459,30 @@ func unescapeMountinfo(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// bindHosts binds the daemon's hosts file (in the harness dir, a regular
+// file) over /etc/hosts. The bind is in the visitor's own mount namespace:
+// whatever the agent did to /etc/hosts, nothing leaves that namespace.
+func bindHosts(source string) error {
+	src, err := unix.Open(source, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("bind the hosts file: %w", err)
+	}
+	defer unix.Close(src)
+	dst, err := unix.Open("/etc/hosts", unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("bind the hosts file over /etc/hosts: %w", err)
+	}
+	defer unix.Close(dst)
+	var st unix.Stat_t
+	if err := unix.Fstat(dst, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("bind the hosts file: /etc/hosts is not a regular file: %w", errReplaced)
+	}
+	if err := unix.Mount(fdPath(src), fdPath(dst), "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind the hosts file over /etc/hosts: %w", err)
+	}
+	return nil
 }
 
 func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
