@@ -117,11 +117,20 @@ func writeTask(t *testing.T, harness string, spec taskSpec) string {
 // startServe starts serve on harness (a fresh one when ""), serving task.
 func startServe(t *testing.T, harness, task string) *server {
 	t.Helper()
+	return startServeIn(t, harness, "", task)
+}
+
+// startServeIn is startServe with a workdir of the caller's ("" for a fresh one).
+func startServeIn(t *testing.T, harness, workdir, task string) *server {
+	t.Helper()
 	sandboxtest.RequireRoot(t)
 	if harness == "" {
 		harness = sandboxtest.HarnessDir(t)
 	}
-	s := &server{t: t, harness: harness, workdir: t.TempDir(), client: control.Client{HarnessDir: harness}, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	if workdir == "" {
+		workdir = t.TempDir()
+	}
+	s := &server{t: t, harness: harness, workdir: workdir, client: control.Client{HarnessDir: harness}, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	require.NoError(t, os.Chmod(s.workdir, 0o1777))
 	args := []string{"serve", "--harness-dir", harness, "--workdir", s.workdir, "--listen", "127.0.0.1:0", "--host", "--log-format", "text", "--harness-keys", harnessKeysFile(t)}
 	if task != "" {
@@ -508,4 +517,33 @@ func TestEntrypointFailures(t *testing.T) {
 			assert.Equal(t, grade.StatusGraded, v.Status)
 		})
 	}
+}
+
+// An agent that fills the filesystem it shares with the harness dir (the
+// container's root filesystem, in production) must not take grading down
+// with it: the copy of the tests and the verdict need room the agent cannot
+// take. Here both live on one small tmpfs, as they share the image's root.
+func TestGradingOnAFullDisk(t *testing.T) {
+	sandboxtest.RequireRoot(t)
+	root, err := os.MkdirTemp("/media", "sandboxd-fulldisk-")
+	require.NoError(t, err)
+	require.NoError(t, unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=16m,mode=0755"))
+	t.Cleanup(func() { unix.Unmount(root, unix.MNT_DETACH); os.Remove(root) })
+	harness, workdir := filepath.Join(root, "harness"), filepath.Join(root, "work")
+	require.NoError(t, os.MkdirAll(harness, 0o700))
+	require.NoError(t, os.MkdirAll(workdir, 0o1777))
+	require.NoError(t, os.WriteFile(filepath.Join(harness, ".sandboxd-harness"), nil, 0o600))
+	task := writeTask(t, harness, taskSpec{testSh: "echo 1 > /logs/verifier/reward.txt\n"})
+	s := startServeIn(t, harness, workdir, task)
+	out, _, err := s.exec("dd if=/dev/zero of=fill bs=64k 2>&1 | grep -i space; df -k . | tail -1", time.Minute)
+	require.NoError(t, err)
+	require.Contains(t, out, "No space left")
+	var v grade.Verdict
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err = s.client.Call(ctx, control.Request{Op: "grade"}, &v)
+	t.Logf("grading on a full disk: %v %+v", err, v)
+	require.NoError(t, err)
+	assert.Equal(t, grade.StatusGraded, v.Status, "grading has room of its own: %s", v.Message)
+	assert.Equal(t, map[string]float64{"reward": 1}, v.Reward)
 }
