@@ -68,7 +68,7 @@ func startNetwork(t *testing.T) *network {
 	requireTools(t, "ip")
 	n := &network{ns: fmt.Sprintf("sbxattack%d", os.Getpid())}
 	veth := fmt.Sprintf("sbxa%d", os.Getpid()%100000)
-	exec.Command("ip", "netns", "del", n.ns).Run() // a crashed earlier run
+	removeStaleNetns()
 	ipCmd(t, "netns", "add", n.ns)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", n.ns).Run() })
 	ipCmd(t, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", n.ns)
@@ -129,6 +129,22 @@ func startNetwork(t *testing.T) *network {
 		l.hits.Store(0)
 	}
 	return n
+}
+
+// removeStaleNetns deletes the test hosts of earlier runs that crashed
+// (their names carry the pid of a process that is gone).
+func removeStaleNetns() {
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], "sbxattack") {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + strings.TrimPrefix(f[0], "sbxattack")); err == nil && strings.TrimPrefix(f[0], "sbxattack") != fmt.Sprint(os.Getpid()) {
+			continue // a run in progress
+		}
+		exec.Command("ip", "netns", "del", f[0]).Run()
+	}
 }
 
 // inNetns runs fn on a thread that has joined the network namespace at path.
