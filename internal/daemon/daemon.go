@@ -87,6 +87,8 @@ type Daemon struct {
 	// outlive their exec, so they never die of SIGPIPE.
 	leftovers *ptyrelay.Leftovers
 
+	// gradeMu makes gradings take turns for the room set aside for them.
+	gradeMu    sync.Mutex
 	mu         sync.Mutex
 	sessions   map[int]*session
 	nextID     int
@@ -270,6 +272,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 	}
 	d.egress = rt
 	defer rt.close()
+	d.reserveGradeSpace()
 	if err := d.startEntrypoint(ctx); err != nil {
 		return err
 	}

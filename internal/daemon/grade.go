@@ -41,6 +41,10 @@ func (d *Daemon) Grade(ctx context.Context, timeout time.Duration) (grade.Verdic
 
 	d.setPhase("verify")
 	defer d.setPhase("agent")
+	d.gradeMu.Lock()
+	defer d.gradeMu.Unlock()
+	d.releaseGradeSpace()
+	defer d.reserveGradeSpace()
 	return grade.Run(ctx, grade.Config{
 		Target:     d.target,
 		HarnessDir: d.cfg.HarnessDir,
