@@ -155,6 +155,11 @@ func Start(ctx context.Context, cfg Config) (*Holder, error) {
 	cmd.ExtraFiles = append([]*os.File{argsFile, infoW, blockR}, data...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 
+	// pid 1 keeps whatever bwrap did not close, and a root agent opens
+	// anything under /proc/1/fd (TestEscape_InheritedDescriptors).
+	if err := closeInheritedOnExec(); err != nil {
+		return nil, fmt.Errorf("mark inherited descriptors close-on-exec: %w", err)
+	}
 	var startErr error
 	onForkerThread(func() { startErr = cmd.Start() })
 	if startErr != nil {
@@ -212,6 +217,34 @@ func Start(ctx context.Context, cfg Config) (*Holder, error) {
 	readyR.Close()
 	log.Info("sandbox ready", "pid", h.PID, "bwrap", v.String(), "id_map", mode, "namespaces", h.Namespaces)
 	return h, nil
+}
+
+// closeInheritedOnExec marks every descriptor of this process from 3 up
+// close-on-exec, so that bwrap, and pid 1 of the sandbox after it, get only
+// the descriptors Start hands over in ExtraFiles. Go opens its own
+// descriptors close-on-exec; the others are what the daemon's parent left
+// open (a CI runner's pipe, a shell's fd 255, a harness's socket).
+func closeInheritedOnExec() error {
+	err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	if err == nil {
+		return nil
+	}
+	if err != unix.ENOSYS && err != unix.EINVAL {
+		return err
+	}
+	// Before Linux 5.11: one descriptor at a time.
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		var fd int
+		if _, err := fmt.Sscan(e.Name(), &fd); err != nil || fd < 3 {
+			continue
+		}
+		unix.CloseOnExec(fd)
+	}
+	return nil
 }
 
 // buildOptions is the whole bwrap option list, version-gated.

