@@ -133,6 +133,9 @@ func NormalizeHost(host string) (string, error) {
 		if err := checkLDH(h); err != nil {
 			return "", fmt.Errorf("host %q: %w", host, err)
 		}
+		if endsInNumber(h) {
+			return "", fmt.Errorf("host %q: a name ending in a number is an IPv4 address to browsers and curl (0177.0.0.1 is 127.0.0.1); write the address in its usual form", host)
+		}
 		return h, nil
 	}
 	a, err := idna.Lookup.ToASCII(h)
@@ -143,7 +146,27 @@ func NormalizeHost(host string) (string, error) {
 	if err := checkLDH(a); err != nil {
 		return "", fmt.Errorf("host %q: %w", host, err)
 	}
+	if endsInNumber(a) {
+		return "", fmt.Errorf("host %q: a name ending in a number is an IPv4 address to browsers and curl; write the address in its usual form", host)
+	}
 	return a, nil
+}
+
+// endsInNumber is the WHATWG URL parser's test for a host that is an IPv4
+// address in some form (octal, hexadecimal, fewer parts): its last label is
+// all digits, or 0x and hex digits. netip reads only the dotted-decimal
+// form, so such a name would otherwise be matched as a name (a "*.0.1"
+// pattern would take "0177.0.0.1") and sent to DNS, while the client meant
+// an address. No top-level domain is numeric, so no real name is refused.
+func endsInNumber(h string) bool {
+	last := h[strings.LastIndexByte(h, '.')+1:]
+	if last == "" {
+		return false
+	}
+	if rest, ok := strings.CutPrefix(last, "0x"); ok {
+		return strings.Trim(rest, "0123456789abcdef") == ""
+	}
+	return strings.Trim(last, "0123456789") == ""
 }
 
 func isASCII(s string) bool {
