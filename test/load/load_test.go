@@ -315,7 +315,8 @@ func TestLoad_ConcurrentSessions(t *testing.T) {
 			kind := i % 4
 			var c *ssh.Client
 			if kind >= 2 {
-				c = clients[(i/2)%len(clients)]
+				// The k-th SSH session goes to connection k mod len(clients).
+				c = clients[((i/4)*2+kind-2)%len(clients)]
 			}
 			if err := s.session(c, kind, i, "sleep 2; "); err != nil {
 				failed.Add(1)
