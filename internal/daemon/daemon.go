@@ -229,10 +229,13 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	mask := []string{"/logs/verifier"}
 	var warnings []string
-	if _, err := os.Stat("/tests"); err == nil {
+	if entries, err := os.ReadDir("/tests"); err == nil && len(entries) > 0 {
 		// Under Harbor /tests appears only when grading starts. An image that
-		// carries its own /tests cannot have it made absent (it sits at the
-		// root): it is masked, and that is said.
+		// carries its own tests there cannot have them made absent (/tests
+		// sits at the root): they are masked, and that is said. An empty
+		// /tests is a grader's passing mount point (another sandbox on this
+		// machine grading): masking it would make bwrap create the mount
+		// point in the shared filesystem should the grader remove it first.
 		mask = append(mask, "/tests")
 		warnings = append(warnings, "the image has a /tests directory: it is masked by an empty directory, not absent")
 	}

@@ -68,7 +68,6 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 		Stdout:    control.Writer{C: conn, Kind: control.KindStdout},
 		Stderr:    control.Writer{C: conn, Kind: control.KindStderr},
 		Leftovers: d.leftovers,
-		Log:       d.log,
 	}
 	if stdinR != nil {
 		cfg.Stdin = stdinR

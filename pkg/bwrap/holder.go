@@ -47,6 +47,7 @@ type Holder struct {
 	Namespaces   []string // nsenter flags that join it, derived from the holder itself
 
 	cmd        *exec.Cmd
+	hold       *os.File // the write end of pid 1's stdin, never written
 	stderr     *tailBuffer
 	stderrDone chan struct{}
 	done       chan struct{}
@@ -61,20 +62,27 @@ var ErrDied = errors.New("bwrap exited before the sandbox was ready")
 // mount namespace and exec'd it (lesson 4).
 const readyLine = "ready"
 
-// payload is pid 1 of the sandbox. It looks like Harbor's `sleep infinity`,
-// reaps every orphan (dash and bash wait(2) for any child), and, being a
-// namespace's init, ignores every signal sent from inside for which it has no
-// handler, so an agent's `kill -9 -1` leaves the sandbox standing.
+// payload is pid 1 of the sandbox: a shell that runs builtins only, forever.
+// It reaps every orphan (`wait` in dash, bash and ash waits for any child),
+// and, being a namespace's init, ignores every signal sent from inside for
+// which it has no handler, so an agent's `kill -9 -1` leaves the sandbox
+// standing. It never execs a program after it started: the root filesystem
+// is the agent's to rewrite, and anything pid 1 ran from it (a `sleep` from
+// PATH, with its libc) would run the agent's code outside the sessions'
+// seccomp filter (TestEscape_SharedFilesystem). What it waits on is a
+// subshell, not a program: a read from the daemon's pipe, which never
+// delivers a byte; if the agent kills the subshell, pid 1 forks another.
 //
 // bwrap passes its own descriptors on; pid 1 closes them, since the agent's
 // root can open anything under /proc/1/fd.
-var payload = "echo " + readyLine + "; exec >/dev/null 2>&1 </dev/null" + closeFDs() + "; while :; do sleep 2147483647 & wait; done"
+var payload = "echo " + readyLine + "; exec 3<&0 >/dev/null 2>&1 </dev/null" + closeFDs() +
+	"; while :; do { read -r _ <&3; } & wait; done"
 
 // Shells take single-digit descriptors in redirections only; bwrap never gets
 // more than fdData+3 from us (hosts file and apt configuration).
 func closeFDs() string {
 	var b strings.Builder
-	for fd := fdArgs; fd <= 9; fd++ {
+	for fd := fdArgs + 1; fd <= 9; fd++ { // fdArgs (3) now holds the daemon's pipe
 		fmt.Fprintf(&b, " %d<&-", fd)
 	}
 	return b.String()
@@ -149,7 +157,13 @@ func Start(ctx context.Context, cfg Config) (*Holder, error) {
 	// bwrap's environment is pid 1's environment inside (lesson 59): PATH only.
 	cmd.Env = []string{"PATH=" + DefaultPath}
 	cmd.Dir = "/"
-	cmd.Stdin = nil
+	// Stdin is a pipe the daemon holds and never writes: pid 1 blocks on it.
+	holdR, holdW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("hold pipe: %w", err)
+	}
+	cu.Add(func() { holdR.Close(); holdW.Close() })
+	cmd.Stdin = holdR
 	cmd.Stdout = readyW
 	cmd.Stderr = errW
 	cmd.ExtraFiles = append([]*os.File{argsFile, infoW, blockR}, data...)
@@ -179,6 +193,7 @@ func Start(ctx context.Context, cfg Config) (*Holder, error) {
 	infoW.Close()
 	blockR.Close()
 	readyW.Close()
+	holdR.Close()
 	errW.Close()
 	argsFile.Close()
 	for _, f := range data {
@@ -213,6 +228,7 @@ func Start(ctx context.Context, cfg Config) (*Holder, error) {
 		return nil, err
 	}
 	cu.Release()
+	h.hold = holdW
 	infoR.Close()
 	readyR.Close()
 	log.Info("sandbox ready", "pid", h.PID, "bwrap", v.String(), "id_map", mode, "namespaces", h.Namespaces)
@@ -470,13 +486,15 @@ func (h *Holder) Kill() {
 	}
 	select {
 	case <-h.done:
-		return
 	case <-time.After(5 * time.Second):
+		if h.cmd.Process != nil {
+			h.cmd.Process.Kill()
+		}
+		<-h.done
 	}
-	if h.cmd.Process != nil {
-		h.cmd.Process.Kill()
+	if h.hold != nil {
+		h.hold.Close()
 	}
-	<-h.done
 }
 
 // Done is closed when bwrap has exited.

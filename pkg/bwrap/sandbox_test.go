@@ -130,7 +130,7 @@ func TestLesson55_NothingInsideNamesTheHarness(t *testing.T) {
 	for _, word := range []string{harness, "sandboxd", filepath.Base(harness), "--args", "bwrap", "memfd"} {
 		assert.NotContains(t, r.Stdout, word)
 	}
-	assert.Contains(t, r.Stdout, "sleep", "pid 1 looks like Harbor's sleep infinity")
+	assert.True(t, strings.HasPrefix(r.Stdout, "/bin/sh -c "), "pid 1 is a plain shell: %s", r.Stdout)
 	// Mount sources: the substrate's own mounts show as they are, but none of
 	// the sandbox's mounts names the harness.
 	r = sb.Sh(t, "0", "cat /proc/self/mountinfo")
