@@ -110,21 +110,19 @@ func startNetwork(t *testing.T) *network {
 		t.Cleanup(l.close)
 	}
 	// The veth needs a moment before the first packet; prove the path from
-	// the substrate works, so that a refusal inside means something.
-	require.Eventually(t, func() bool {
-		c, err := net.DialTimeout("tcp", n.hostHTTP.addr, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	}, 10*time.Second, 50*time.Millisecond, "the test host answers the substrate")
-	require.Eventually(t, func() bool {
-		c, err := net.DialTimeout("tcp", n.host6HTTP.addr, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	}, 10*time.Second, 50*time.Millisecond, "the test host answers the substrate over IPv6")
+	// the substrate works, so that a refusal inside means something. The
+	// listener counts the accept on its own goroutine: wait for it before
+	// starting from zero.
+	for _, l := range []*listener{n.hostHTTP, n.host6HTTP} {
+		require.Eventually(t, func() bool {
+			c, err := net.DialTimeout("tcp", l.addr, time.Second)
+			if err == nil {
+				c.Close()
+			}
+			return err == nil
+		}, 10*time.Second, 50*time.Millisecond, "%s answers the substrate", l.name)
+		require.Eventually(t, func() bool { return l.hits.Load() > 0 }, 5*time.Second, 5*time.Millisecond)
+	}
 	for _, l := range n.all() {
 		l.hits.Store(0)
 	}
