@@ -76,6 +76,9 @@ type Daemon struct {
 	lockFile *os.File
 	warnings []string
 	peers    []placedPeer
+	// verifier and imageUser are resolved at start, like the agent.
+	verifier, imageUser idmap.User
+	logsDev, logsIno    uint64
 	// visitorHosts is the hosts file with the peers that visitors (the
 	// verifier, the healthcheck) get, so they resolve the names the agent does.
 	visitorHosts string
@@ -223,9 +226,27 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 	os.Remove(control.Socket(cfg.HarnessDir))
 
 	// /logs/verifier is masked by an empty tmpfs; create the mount point in
-	// the substrate so bwrap does not have to write into the shared tree.
+	// the substrate so bwrap does not have to write into the shared tree, and
+	// remember which directory it is (see grade.Config.LogsDirDev).
 	if err := os.MkdirAll("/logs/verifier", 0o755); err != nil {
 		return nil, fmt.Errorf("create /logs/verifier: %w", err)
+	}
+	var logsSt unix.Stat_t
+	if err := unix.Stat("/logs/verifier", &logsSt); err != nil {
+		return nil, fmt.Errorf("stat /logs/verifier: %w", err)
+	}
+	d.logsDev, d.logsIno = logsSt.Dev, logsSt.Ino
+	// Everything the daemon runs later is pinned now, before any agent code
+	// has run in the filesystem the sandbox shares (join.PinTools).
+	if err := join.PinTools(filepath.Join(runDir, "tools")); err != nil {
+		return nil, err
+	}
+	// So are the users of the phases: the agent may rewrite /etc/passwd.
+	if d.verifier, err = idmap.Lookup("/", cfg.VerifierUser); err != nil {
+		return nil, fmt.Errorf("verifier user: %w", err)
+	}
+	if d.imageUser, err = idmap.Lookup("/", cfg.ImageUser); err != nil {
+		return nil, fmt.Errorf("image user: %w", err)
 	}
 	mask := []string{"/logs/verifier"}
 	var warnings []string

@@ -11,7 +11,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/grade"
-	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/join"
 	"github.com/sandboxd/sandboxd/pkg/ptyrelay"
 )
@@ -26,11 +25,7 @@ func (d *Daemon) Grade(ctx context.Context, timeout time.Duration) (grade.Verdic
 	if d.cfg.Tests == "" {
 		return grade.Verdict{}, fmt.Errorf("%w: start serve with --task DIR (or SANDBOXD_TASK) to grade", ErrNoTask)
 	}
-	user, err := idmap.Lookup("/", d.cfg.VerifierUser)
-	if err != nil {
-		v := grade.Verdict{Status: grade.StatusError, ExitCode: -1, Message: fmt.Sprintf("verifier user: %v", err)}
-		return v, nil
-	}
+	user := d.verifier
 	if timeout <= 0 {
 		timeout = d.cfg.VerifierTimeout
 	}
@@ -55,6 +50,8 @@ func (d *Daemon) Grade(ctx context.Context, timeout time.Duration) (grade.Verdic
 		Timeout:    timeout,
 		Mask:       d.visitorMasks(),
 		LogsDir:    "/logs/verifier",
+		LogsDirDev: d.logsDev,
+		LogsDirIno: d.logsIno,
 		Hosts:      d.visitorHosts,
 		Log:        d.log,
 	})
@@ -94,10 +91,7 @@ func (d *Daemon) startEntrypoint(ctx context.Context) error {
 	if len(d.cfg.Entrypoint) == 0 {
 		return nil
 	}
-	user, err := idmap.Lookup("/", d.cfg.ImageUser)
-	if err != nil {
-		return fmt.Errorf("entrypoint user: %w", err)
-	}
+	user := d.imageUser
 	logDir := d.harnessPath("logs")
 	if err := os.MkdirAll(logDir, 0o700); err != nil {
 		return err

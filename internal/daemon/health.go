@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/pkg/grade"
-	"github.com/sandboxd/sandboxd/pkg/idmap"
 )
 
 // Health states, as Docker names them.
@@ -22,12 +21,7 @@ const (
 // task is reported, and served on.
 func (d *Daemon) watchHealth(ctx context.Context) {
 	hc := d.cfg.Task.Environment.Healthcheck
-	user, err := idmap.Lookup("/", d.cfg.ImageUser)
-	if err != nil {
-		d.log.Error("healthcheck user", "err", err)
-		d.setHealth(healthUnhealthy, err.Error())
-		return
-	}
+	user := d.imageUser
 	env := sessionEnv(d.cfg.ImageEnv, d.cfg.Task.EnvironmentEnv().Environ(), user, nil)
 	d.setHealth(healthStarting, "")
 	started := time.Now()

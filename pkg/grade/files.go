@@ -208,12 +208,21 @@ func chownChmod(fd int, mode uint32, own owner, rel string) error {
 // symlink: a name in dst is unlinked and created afresh with O_EXCL, so a
 // symlink planted there is replaced, never written through; a symlink or
 // FIFO in srcfd is left out.
-func copyOut(srcfd int, dst string, log *slog.Logger) error {
+func copyOut(srcfd int, dst string, dev, ino uint64, log *slog.Logger) error {
 	dfd, err := openDir(dst, unix.O_PATH)
 	if err != nil {
 		return fmt.Errorf("open logs dir: %w", err)
 	}
 	defer unix.Close(dfd)
+	if dev != 0 || ino != 0 {
+		var st unix.Stat_t
+		if err := unix.Fstat(dfd, &st); err != nil {
+			return fmt.Errorf("stat logs dir: %w", err)
+		}
+		if st.Dev != dev || st.Ino != ino {
+			return fmt.Errorf("%s is no longer the directory it was when serve started (the agent may have renamed its parent): the verdict is not copied there", dst)
+		}
+	}
 	names, err := readDirNames(srcfd)
 	if err != nil {
 		return fmt.Errorf("list the verdict directory: %w", err)

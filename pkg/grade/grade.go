@@ -42,6 +42,10 @@ type Config struct {
 	// harness dir next to it: the task dir under `trial`, host sockets.
 	Mask    []string
 	LogsDir string // the real /logs/verifier, to copy the verdict files into afterwards; "" = do not copy
+	// LogsDirDev and LogsDirIno name the directory LogsDir was when the
+	// daemon started, before the agent could rename its parent and put a
+	// directory of its own there: the verdict is copied only into that one.
+	LogsDirDev, LogsDirIno uint64
 	// Hosts, when set, is a file in the harness dir bound over /etc/hosts in
 	// the verifier's view: the substrate's hosts plus the task's peers, the
 	// same names the agent's view has (inside a container, Docker's DNS is
@@ -163,7 +167,7 @@ func Run(ctx context.Context, cfg Config) (Verdict, error) {
 	}
 	v.StdoutTail = readTail(ws.output)
 	if cfg.LogsDir != "" {
-		if cerr := copyOut(ws.verdict, cfg.LogsDir, log); cerr != nil {
+		if cerr := copyOut(ws.verdict, cfg.LogsDir, cfg.LogsDirDev, cfg.LogsDirIno, log); cerr != nil {
 			log.Warn("grade: copy the verdict files to the logs dir", "logs_dir", cfg.LogsDir, "err", cerr)
 		}
 	}
@@ -343,9 +347,9 @@ type visitorRun struct {
 // namespaces and waits for its report, killing its whole tree — all of it in
 // the substrate's pid namespace — at the timeout.
 func runVisitor(ctx context.Context, target join.Target, params visitorParams, output *os.File, timeout time.Duration) (visitorRun, error) {
-	nsenter, err := exec.LookPath("nsenter")
+	nsenter, err := join.Nsenter()
 	if err != nil {
-		return visitorRun{}, errors.New("grade: nsenter not found: install util-linux")
+		return visitorRun{}, fmt.Errorf("grade: %w", err)
 	}
 	exe, err := os.Open("/proc/self/exe")
 	if err != nil {

@@ -3,7 +3,9 @@ package idmap
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -94,5 +96,20 @@ func TestLookupUnknownNamesSayWhatToDo(t *testing.T) {
 		_, err := Lookup(root, spec)
 		require.Error(t, err, spec)
 		assert.ErrorIs(t, err, ErrUnknownUser)
+	}
+}
+
+// A FIFO planted at /etc/passwd must not hang the daemon's user lookups.
+func TestLookupRefusesNonRegularFiles(t *testing.T) {
+	root := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "etc"), 0o755))
+	require.NoError(t, syscall.Mkfifo(filepath.Join(root, "etc/passwd"), 0o644))
+	done := make(chan error, 1)
+	go func() { _, err := Lookup(root, "agent"); done <- err }()
+	select {
+	case err := <-done:
+		assert.ErrorContains(t, err, "not a regular file")
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lookup hung on a FIFO")
 	}
 }

@@ -4,11 +4,16 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
+
+// maxUserDB bounds how much of a passwd or group file is read.
+const maxUserDB = 16 << 20
 
 // User is a resolved identity: who a phase's processes run as.
 type User struct {
@@ -156,8 +161,12 @@ func readGroup(path string) ([]groupEntry, error) {
 
 // scanColonFile calls fn with the fields of each well-formed line; a missing
 // file is an empty one, as for Docker on images without /etc/passwd.
+//
+// The files are the image's, in a filesystem the agent can write: only a
+// regular file is read (a FIFO there would hang whoever asks), and only so
+// much of it.
 func scanColonFile(path string, fields int, fn func([]string)) error {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -165,7 +174,10 @@ func scanColonFile(path string, fields int, fn func([]string)) error {
 		return fmt.Errorf("read %s: %w", path, err)
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return fmt.Errorf("read %s: not a regular file", path)
+	}
+	sc := bufio.NewScanner(io.LimitReader(f, maxUserDB))
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {

@@ -131,9 +131,9 @@ func self() (*os.File, error) {
 // Command prepares the nsenter process for spec. The caller sets Stdin,
 // Stdout and Stderr and calls Start on the result.
 func (t Target) Command(s Spec) (*Starter, error) {
-	nsenter, err := exec.LookPath("nsenter")
+	nsenter, err := Nsenter()
 	if err != nil {
-		return nil, fmt.Errorf("nsenter not found: install util-linux")
+		return nil, err
 	}
 	argv := append([]string{"--target", strconv.Itoa(t.PID)}, t.Namespaces...)
 	argv = append(argv, "--", "/proc/self/fd/3")

@@ -96,7 +96,11 @@ func (t Target) netnsCall(ctx context.Context, args []string, n int) ([]*os.File
 	defer ours.Close()
 
 	nsArgs := []string{"--target", strconv.Itoa(t.PID), "--user", "--net", "--preserve-credentials", "--", "/proc/self/fd/3"}
-	cmd := exec.CommandContext(ctx, "nsenter", append(nsArgs, args...)...)
+	nsenter, err := Nsenter()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.CommandContext(ctx, nsenter, append(nsArgs, args...)...)
 	cmd.Env = childproc.Environ(roleNetns)
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{exe, theirs}
