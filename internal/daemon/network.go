@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -141,9 +140,16 @@ func (d *Daemon) startEgress(ctx context.Context, peers []placedPeer) (*egressRu
 	if err != nil {
 		d.log.Warn("list the daemon's own addresses", "err", err)
 	}
-	var resolver egress.Resolver = net.DefaultResolver
-	if d.cfg.Resolver != nil {
-		resolver = d.cfg.Resolver
+	resolver := d.cfg.Resolver
+	if resolver == nil {
+		// Read now, before any agent code runs: the agent's root can rewrite
+		// the shared /etc/hosts and /etc/resolv.conf later.
+		snap, err := egress.NewSnapshotResolver("/etc/hosts", "/etc/resolv.conf")
+		if err != nil {
+			audit.Close()
+			return nil, err
+		}
+		resolver = snap
 	}
 	template := egress.Proxy{
 		Resolver: resolver,
