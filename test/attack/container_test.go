@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -169,12 +168,13 @@ func containerRollout(agent string, legitHits, forbiddenHits *atomic.Int64) erro
 	if err != nil {
 		return err
 	}
-	// The production resolver, minus DNS: Go's own, which reads the
-	// substrate's /etc/hosts (and would then ask the nameservers of its
-	// /etc/resolv.conf, here refused so that nothing leaves).
-	cfg.Resolver = &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
-		return nil, errors.New("no DNS in the escape suite")
-	}}
+	// The production resolver (a snapshot of /etc/hosts taken now), minus
+	// DNS, so that nothing leaves.
+	snap, err := egress.NewSnapshotResolver("/etc/hosts", "/etc/resolv.conf")
+	if err != nil {
+		return err
+	}
+	cfg.Resolver = snap.WithServers()
 	policy := egress.Policy{Mode: egress.Allowlist, AllowedHosts: []string{"allowed.test"}, AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
 	cfg.Network = daemon.Network{Agent: policy, Verifier: policy}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -228,12 +228,14 @@ printf 'GET / HTTP/1.0\r\n\r\n' >&3; timeout 5 cat <&3`
 	hosts, _ := os.ReadFile("/etc/hosts")
 	os.WriteFile("/etc/hosts", []byte(strings.ReplaceAll(string(hosts), "127.0.0.3 allowed.test", "127.0.0.2 allowed.test")), 0o644)
 
-	// 2. A FIFO at /etc/passwd, which grading reads to resolve the
-	// verifier's user: grading must still finish.
+	// 2. A FIFO at /etc/passwd: the daemon resolved its users at start and
+	// reads no user database that could block; grading must answer, within
+	// the verifier's own timeout (a test.sh that reads the FIFO hangs like
+	// it would under Harbor, and that is a verifier_timeout, never a 0).
 	out, _ = sh(`mv /etc/passwd /etc/passwd.agent && mkfifo -m 644 /etc/passwd && echo planted`)
 	if strings.Contains(out, "planted") {
 		start := time.Now()
-		v, err := gradeWithin(30 * time.Second)
+		v, err := gradeWithin(90 * time.Second)
 		report(agent, "hang grading with a FIFO at the substrate's /etc/passwd", err == nil, fmt.Sprintf("after %s: %v %+v", time.Since(start).Round(time.Millisecond), err, v))
 		// Unblock whatever reads it, and put the file back.
 		if f, err := os.OpenFile("/etc/passwd", os.O_WRONLY, 0); err == nil {
@@ -266,18 +268,21 @@ printf 'GET / HTTP/1.0\r\n\r\n' >&3; timeout 5 cat <&3`
 	report(agent, "rename /logs before grading: read the verdict files", !strings.Contains(out2, secret), out2)
 	sh(`rm -rf /logs && mv /logs.agent /logs; true`)
 
-	// 5. pid 1 of the sandbox (the holder's shell) starts sleep(1) from its
-	// PATH in the shared filesystem whenever its sleep ends: a sleep of the
-	// agent's, early on that PATH, runs as pid 1's child, outside the
-	// seccomp filter that keeps sessions from making user namespaces.
+	// 5. pid 1 of the sandbox (the holder's shell) starts sleep(1) from the
+	// shared filesystem whenever its sleep ends: a sleep of the agent's runs
+	// as pid 1's child, outside the seccomp filter that keeps sessions from
+	// making user namespaces.
 	plant := `#!/bin/sh
 [ "$PPID" = 1 ] && { echo "pid $$, parent $PPID"; grep -E "^(Cap(Prm|Bnd)|Seccomp|NoNewPrivs)" /proc/self/status; unshare -U sh -c "echo NESTED-USERNS: \$(readlink /proc/self/ns/user), uid \$(id -u)"; } > /var/tmp/pid1-child-` + agent + ` 2>&1
-exec /bin/sleep "$@"
+exec /var/tmp/sleep.real "$@"
 `
-	out, _ = sh(`printf '%s' ` + shq(plant) + ` > /usr/local/sbin/sleep && chmod 755 /usr/local/sbin/sleep && echo planted; ` +
+	out, _ = sh(`cp /bin/sleep /var/tmp/sleep.real && printf '%s' ` + shq(plant) + ` > /var/tmp/sleep.agent && chmod 755 /var/tmp/sleep.agent && mv /var/tmp/sleep.agent "$(readlink -f /bin/sleep)" && echo planted; ` +
 		`for p in /proc/[0-9]*; do [ "$(awk '/^PPid/ {print $2}' $p/status 2>/dev/null)" = 1 ] && [ "$(cat $p/comm 2>/dev/null)" = sleep ] && kill -9 ${p#/proc/}; done; timeout 3 tail -f /dev/null; cat /var/tmp/pid1-child-` + agent + ` 2>&1`)
 	report(agent, "get a process started by pid 1 (a planted sleep) and make a user namespace from it", !strings.Contains(out, "NESTED-USERNS"), out)
-	os.Remove("/usr/local/sbin/sleep")
+	if _, err := os.Stat("/var/tmp/sleep.real"); err == nil {
+		real, _ := filepath.EvalSymlinks("/bin/sleep")
+		os.Rename("/var/tmp/sleep.real", real)
+	}
 
 	// 6. A program of the agent's on the daemon's PATH, ahead of the real
 	// nsenter: the next session, grading or ssh -L runs it as the
