@@ -39,7 +39,6 @@ attack: build
 	$(GO) test -count=1 -timeout 20m -run Escape ./...
 
 bench: build
-	@scripts/deps.sh test
 	$(GO) run ./test/bench -out docs/benchmarks.md
 
 bench-quick: build

@@ -1,0 +1,338 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// bench is one run: its options, what it started, and what it measured.
+type bench struct {
+	opt      options
+	cleanup  *cleanupStack
+	tmp      string // the run's temporary directory, removed at the end
+	machine  machine
+	results  []*result
+	egress   []*egressRow
+	scaling  []*curve
+	notes    []string // facts worth printing with the report (verifications)
+	failures []string
+	elapsed  time.Duration
+	skipped  []string // rows left out, with the reason
+	// readyPhases are serve's start-up steps, in ms since its start.
+	readyPhases map[string]samples
+
+	main_   *daemon   // started on first use
+	sshd_   *openSSH  // started on first use
+	proxies *proxySet // started on first use
+
+	mu      sync.Mutex
+	started []*exec.Cmd // every long-lived process, to check nothing survives
+	logMu   sync.Mutex
+}
+
+func newBench(o options) *bench {
+	return &bench{opt: o, cleanup: &cleanupStack{}}
+}
+
+func (b *bench) logf(format string, args ...any) {
+	b.logMu.Lock()
+	defer b.logMu.Unlock()
+	fmt.Fprintf(os.Stderr, "[bench %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func (b *bench) debugf(format string, args ...any) {
+	if b.opt.verbose {
+		b.logf(format, args...)
+	}
+}
+
+// pick returns full or quick by the run's mode.
+func pick[T any](b *bench, full, quick T) T {
+	if b.opt.quick {
+		return quick
+	}
+	return full
+}
+
+// cleanupStack undoes the run's side effects, last first, exactly once.
+type cleanupStack struct {
+	mu    sync.Mutex
+	fns   []func()
+	names []string
+}
+
+func (c *cleanupStack) Add(name string, fn func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fns = append(c.fns, fn)
+	c.names = append(c.names, name)
+}
+
+func (c *cleanupStack) Run() {
+	for {
+		c.mu.Lock()
+		n := len(c.fns)
+		if n == 0 {
+			c.mu.Unlock()
+			return
+		}
+		fn, name := c.fns[n-1], c.names[n-1]
+		c.fns, c.names = c.fns[:n-1], c.names[:n-1]
+		c.mu.Unlock()
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					fmt.Fprintf(os.Stderr, "[bench] cleanup %s: %v\n", name, r)
+				}
+			}()
+			fn()
+		}()
+	}
+}
+
+// startProc starts a long-lived process in a process group of its own, with
+// its output in logPath, and registers its end with the cleanup stack.
+// stop is the signal that ends it gracefully.
+func (b *bench) startProc(name string, cmd *exec.Cmd, logPath string, stop syscall.Signal) (*proc, error) {
+	var logFile *os.File
+	if logPath != "" {
+		f, err := os.Create(logPath)
+		if err != nil {
+			return nil, err
+		}
+		logFile = f
+		cmd.Stdout, cmd.Stderr = f, f
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	if err := cmd.Start(); err != nil {
+		if logFile != nil {
+			logFile.Close()
+		}
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{}), stop: stop}
+	go func() {
+		p.err = cmd.Wait()
+		if logFile != nil {
+			logFile.Close()
+		}
+		close(p.done)
+	}()
+	b.mu.Lock()
+	b.started = append(b.started, cmd)
+	b.mu.Unlock()
+	b.cleanup.Add("stop "+name, func() { p.Stop(10 * time.Second) })
+	return p, nil
+}
+
+// proc is a long-lived process the benchmark started.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error
+	stop syscall.Signal
+}
+
+func (p *proc) PID() int { return p.cmd.Process.Pid }
+
+func (p *proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop sends the graceful signal, waits up to grace, then kills the whole
+// process group; it returns once the process has been reaped.
+func (p *proc) Stop(grace time.Duration) {
+	pgid := p.cmd.Process.Pid
+	if !p.Exited() {
+		syscall.Kill(pgid, p.stop)
+		select {
+		case <-p.done:
+		case <-time.After(grace):
+			fmt.Fprintf(os.Stderr, "[bench] %s did not stop within %s; killing its process group\n", p.name, grace)
+		}
+	}
+	// Whatever is left in its group (squid's helpers, sshd's children).
+	syscall.Kill(-pgid, syscall.SIGKILL)
+	<-p.done
+}
+
+// LogTail is the end of the process's log, for error messages.
+func (p *proc) LogTail() string {
+	if p.log == "" {
+		return ""
+	}
+	b, _ := os.ReadFile(p.log)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// runCmd runs a short command and returns its combined output.
+func runCmd(ctx context.Context, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if err != nil {
+		return out.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+	}
+	return out.String(), nil
+}
+
+// timeRun runs cmd to completion and returns its wall time in milliseconds;
+// a non-zero exit is an error carrying its output.
+func timeRun(cmd *exec.Cmd) (float64, error) {
+	var out bytes.Buffer
+	if cmd.Stdout == nil {
+		cmd.Stdout = &out
+	}
+	if cmd.Stderr == nil {
+		cmd.Stderr = &out
+	}
+	t0 := time.Now()
+	err := cmd.Run()
+	d := time.Since(t0)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w: %s", strings.Join(cmd.Args, " "), err, strings.TrimSpace(out.String()))
+	}
+	return ms(d), nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// leftovers lists processes the benchmark started that are still alive, and
+// the run's temporary paths that still exist.
+func (b *bench) leftovers() string {
+	var left []string
+	b.mu.Lock()
+	for _, c := range b.started {
+		if c.Process != nil && c.ProcessState == nil {
+			if err := syscall.Kill(c.Process.Pid, 0); err == nil || !errors.Is(err, syscall.ESRCH) {
+				left = append(left, fmt.Sprintf("%s (pid %d)", filepath.Base(c.Path), c.Process.Pid))
+			}
+		}
+	}
+	b.mu.Unlock()
+	if b.tmp != "" {
+		if _, err := os.Stat(b.tmp); err == nil {
+			left = append(left, b.tmp)
+		}
+	}
+	return strings.Join(left, ", ")
+}
+
+// rssKB is VmRSS of pid in KiB, from /proc/PID/status.
+func rssKB(pid int) int {
+	return statusField(pid, "VmRSS:")
+}
+
+func statusField(pid int, field string) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, field) {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				n, _ := strconv.Atoi(f[1])
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// pssKB is the proportional set size of pid (shared pages divided among
+// their users), from smaps_rollup.
+func pssKB(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "Pss:") {
+			f := strings.Fields(line)
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+	}
+	return 0
+}
+
+// descendants lists pid and every process below it.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		// The command name may hold spaces and parentheses: parse after the last ')'.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		pp, _ := strconv.Atoi(f[1])
+		children[pp] = append(children[pp], p)
+	}
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
+}
+
+// commName is /proc/PID/comm.
+func commName(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSpace(string(b))
+}
+
+// waitFor polls cond every step until it holds or the timeout passes.
+func waitFor(ctx context.Context, timeout, step time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(step):
+		}
+	}
+	return cond()
+}

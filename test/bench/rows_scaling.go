@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// benchScaling: how exec latency grows with concurrent SSH sessions (sshd
+// and sandboxd), and how proxy latency grows with concurrent tunnels.
+func benchScaling(ctx context.Context, b *bench) error {
+	if err := b.execScaling(ctx); err != nil {
+		return err
+	}
+	return b.tunnelScaling(ctx)
+}
+
+// sessionsPerConn keeps every connection well under both servers' limit of
+// 64 sessions per connection: a server frees a session's slot only after the
+// client has answered its channel close, and a worker opens its next session
+// at once, so on a loaded machine the server counts more sessions than the
+// client has open (sshd refused at 50 per connection, sandboxd at 32 with
+// 500 in all). A refusal that still happens is retried and counted.
+const sessionsPerConn = 16
+
+func (b *bench) execScaling(ctx context.Context) error {
+	peer, ours, err := b.sshPair(ctx)
+	if err != nil {
+		return err
+	}
+	levels := pick(b, []int{1, 10, 100, 500}, []int{1, 10, 100})
+	rounds := pick(b, 2, 1)
+	targets := []*sshTarget{peer, ours}
+	curves := []*curve{{name: "OpenSSH sshd", group: "exec", unit: "ms"}, {name: "sandboxd", group: "exec", unit: "ms"}}
+	// Points are added as they are measured, so a failure keeps the others.
+	b.scaling = append(b.scaling, curves...)
+	refused := make([]int, 2)
+	defer func() {
+		if refused[0]+refused[1] > 0 {
+			b.notes = append(b.notes, fmt.Sprintf("Exec scaling: sessions refused for too many on one connection and retried after 20 ms: OpenSSH sshd %d, sandboxd %d.", refused[0], refused[1]))
+		}
+	}()
+	for _, n := range levels {
+		perWorker := max(pick(b, 3, 2), pick(b, 200, 40)/n)
+		lat := make([]samples, 2)
+		for r := 0; r < rounds; r++ {
+			for i, t := range targets {
+				l, k, err := concurrentExecs(ctx, t, n, perWorker)
+				refused[i] += k
+				if err != nil {
+					return fmt.Errorf("%s, %d sessions: %w", t.name, n, err)
+				}
+				lat[i] = append(lat[i], l...)
+			}
+			if err := b.main_.checkAlive(); err != nil {
+				return err
+			}
+		}
+		for i := range curves {
+			curves[i].points = append(curves[i].points, point{x: float64(n), p50: lat[i].pct(50), p99: lat[i].pct(99)})
+		}
+		b.logf("%d concurrent SSH execs of `true` (%d each): sshd p50 %.1f p99 %.1f ms; sandboxd p50 %.1f p99 %.1f ms",
+			n, perWorker, lat[0].pct(50), lat[0].pct(99), lat[1].pct(50), lat[1].pct(99))
+	}
+	return nil
+}
+
+// concurrentExecs runs n workers, each doing count execs of `true` one after
+// another, over ceil(n/16) connections opened beforehand, all starting
+// together; it returns every exec's latency in ms, and how many sessions the
+// server refused for too many on one connection (retried; the wait counts in
+// that exec's latency).
+func concurrentExecs(ctx context.Context, t *sshTarget, n, count int) (samples, int, error) {
+	conns := make([]*ssh.Client, (n+sessionsPerConn-1)/sessionsPerConn)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	for i := range conns {
+		c, err := t.dial()
+		if err != nil {
+			return nil, 0, err
+		}
+		conns[i] = c
+	}
+	var refused atomic.Int64
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	lats := make([]samples, n)
+	errs := make([]error, n)
+	for w := 0; w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := conns[w%len(conns)]
+			<-start
+			for k := 0; k < count && ctx.Err() == nil; k++ {
+				d, err := withTimeout(5*time.Minute, func() (time.Duration, error) {
+					t0 := time.Now()
+					for {
+						_, err := runOn(c, "true")
+						var oce *ssh.OpenChannelError
+						if errors.As(err, &oce) && oce.Reason == ssh.ResourceShortage && ctx.Err() == nil {
+							refused.Add(1)
+							time.Sleep(20 * time.Millisecond)
+							continue
+						}
+						return time.Since(t0), err
+					}
+				})
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				lats[w] = append(lats[w], ms(d))
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	var all samples
+	for w := range lats {
+		if errs[w] != nil {
+			return nil, int(refused.Load()), errs[w]
+		}
+		all = append(all, lats[w]...)
+	}
+	return all, int(refused.Load()), ctx.Err()
+}
