@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -146,7 +147,7 @@ func containerRollout(agent string, legitHits, forbiddenHits *atomic.Int64) erro
 	secret := "TESTS-SECRET-" + randomHex(12)
 	taskDir := filepath.Join(daemon.TasksDir(harness), name)
 	files := map[string]string{
-		"task.toml":        "schema_version = \"1.1\"\n\n[verifier]\ntimeout_sec = 60.0\n",
+		"task.toml":        "schema_version = \"1.1\"\n\n[verifier]\ntimeout_sec = 10.0\n",
 		"instruction.md":   "Get out.\n",
 		"tests/test.sh":    "#!/bin/sh\n" + defaultTestScript,
 		"tests/secret.txt": secret + "\n",
@@ -238,7 +239,7 @@ printf 'GET / HTTP/1.0\r\n\r\n' >&3; timeout 5 cat <&3`
 		v, err := gradeWithin(90 * time.Second)
 		report(agent, "hang grading with a FIFO at the substrate's /etc/passwd", err == nil, fmt.Sprintf("after %s: %v %+v", time.Since(start).Round(time.Millisecond), err, v))
 		// Unblock whatever reads it, and put the file back.
-		if f, err := os.OpenFile("/etc/passwd", os.O_WRONLY, 0); err == nil {
+		if f, err := os.OpenFile("/etc/passwd", os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
 			f.Close()
 		}
 		os.Remove("/etc/passwd")
@@ -299,6 +300,19 @@ exec /usr/bin/nsenter "$@"
 	out, _ = sh(`cat /var/tmp/pwned-` + agent + ` 2>&1`)
 	report(agent, "read the tests through what that nsenter wrote", !strings.Contains(out, secret), out)
 	os.Remove("/usr/local/sbin/nsenter")
+
+	// 7. /etc/ld.so.preload of the shared filesystem, naming a library that
+	// exists in the sandbox's view only (in its mask over /logs/verifier):
+	// programs in the sandbox find it and reject it ("file too short"), while
+	// one that the daemon starts in the substrate cannot open it. Seeing the
+	// second message means a helper of the daemon's, running as the
+	// container's root, loads what the agent lists there; with a real
+	// library, that is the agent's code.
+	out, _ = sh(`: > /logs/verifier/preload.so && echo /logs/verifier/preload.so > /etc/ld.so.preload && echo planted`)
+	out2, _ = sh(`true`)
+	report(agent, "list a library in the shared /etc/ld.so.preload for the daemon's helpers", !strings.Contains(out2, "cannot open shared object file"),
+		fmt.Sprintf("%s; the next session printed: %s", strings.TrimSpace(out), out2))
+	os.Remove("/etc/ld.so.preload")
 
 	// The daemon served all along.
 	out, code = sh("echo alive")
