@@ -319,7 +319,11 @@ nohup sh -c 'trap "" TERM HUP INT; while :; do sleep 1; done' </dev/null >/dev/n
 				s.client.Call(ctx, control.Request{Op: "grade"}, nil)
 			}()
 			require.Eventually(t, func() bool { return len(survivors(pidNS, userNS)) >= 6 }, 10*time.Second, 20*time.Millisecond,
-				"the planted processes and the verifier run: %v", survivors(pidNS, userNS))
+				"the planted processes run: %v", survivors(pidNS, userNS))
+			// The verifier lives in the substrate's pid namespace: wait until
+			// it runs, so that the signal finds a grading in progress.
+			require.Eventually(t, func() bool { return len(survivors("", userNS)) > len(survivors(pidNS, "")) }, 20*time.Second, 20*time.Millisecond,
+				"the verifier runs: %v", survivors("", userNS))
 			t.Logf("%d processes in the sandbox's namespaces before %s", len(survivors(pidNS, userNS)), sig)
 
 			require.NoError(t, s.cmd.Process.Signal(sig))
