@@ -30,7 +30,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -66,7 +65,6 @@ type Config struct {
 	// the session counts as over; DrainMax bounds that whole tail. Zero means
 	// DefaultDrainQuiet and DefaultDrainMax.
 	DrainQuiet, DrainMax time.Duration
-	Log                  *slog.Logger
 }
 
 // Defaults for the output tail after the leader's exit. The tail is what a
@@ -155,9 +153,6 @@ func Start(cfg Config) (*Session, error) {
 	}
 	if cfg.DrainMax <= 0 {
 		cfg.DrainMax = DefaultDrainMax
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	spec := cfg.Spec
 	spec.Env = append([]string(nil), cfg.Spec.Env...)

@@ -54,6 +54,7 @@ type session struct {
 	cancel  context.CancelFunc // a harness command's context
 
 	in, out atomic.Int64
+	hungUp  atomic.Bool   // the client left before the command ended
 	done    chan struct{} // closed when the session has ended and reported
 }
 
@@ -321,7 +322,6 @@ func (ss *session) start(req *ssh.Request) {
 		PTY:       ss.pty,
 		Stdin:     countingReader{r: ss.ch, n: &ss.in},
 		Leftovers: &ss.c.s.leftovers,
-		Log:       ss.c.log,
 	}
 	if ss.pty != nil {
 		c, name, err := ss.c.s.rec.newCast(ss.rec.ID, ss.pty.Size.Cols, ss.pty.Size.Rows, ss.pty.Term, command, now)
@@ -399,7 +399,7 @@ func (ss *session) wait(relay *ptyrelay.Session) {
 		msg := fmt.Sprintf("sandboxd: session timeout (%s) elapsed; its processes were killed", ss.c.s.cfg.SessionTimeout)
 		ss.writeErr(msg)
 		e = exitInfo{Code: exitTimeout}
-	} else if relay.OutputError() != nil {
+	} else if ss.hungUp.Load() || relay.OutputError() != nil {
 		ended = "disconnect"
 	}
 	ss.finish(e, ended)
@@ -485,6 +485,7 @@ func (ss *session) hangup() {
 		return
 	default:
 	}
+	ss.hungUp.Store(true)
 	ss.c.log.Info("ssh client left before its command ended; hanging up", "id", ss.rec.ID, "pid", r.PID())
 	r.Signal(syscall.SIGHUP)
 	t := time.NewTimer(ss.c.s.cfg.HangupGrace)
