@@ -36,6 +36,9 @@ func (s *Server) serveConn(nc net.Conn) {
 	nc.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 	sconn, chans, reqs, err := ssh.NewServerConn(nc, s.sshConfig)
 	<-s.handshake
+	s.mu.Lock()
+	delete(s.pending, nc)
+	s.mu.Unlock()
 	if err != nil {
 		s.log.Debug("ssh handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
 		nc.Close()

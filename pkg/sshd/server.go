@@ -91,12 +91,15 @@ type Config struct {
 	// SessionTimeout bounds every agent session; 0 means none.
 	SessionTimeout time.Duration
 	Harness        HarnessFunc
-	Log            *slog.Logger
+	// Gone says why every session is ending ("" while the sandbox lives);
+	// a session that ends while it says something tells its client.
+	Gone func() string
+	Log  *slog.Logger
 
 	// Limits; zero means the default.
 	MaxSessionsPerConn int           // concurrent session channels per connection (64)
 	MaxForwardsPerConn int           // concurrent direct-tcpip channels per connection (256)
-	MaxHandshakes      int           // connections not yet authenticated (64)
+	MaxHandshakes      int           // connections in handshake at once; more wait to be accepted (128)
 	HandshakeTimeout   time.Duration // from accept to authenticated (30s)
 	HangupGrace        time.Duration // SIGHUP to SIGKILL after a disconnect (2s)
 }
@@ -105,7 +108,7 @@ type Config struct {
 const (
 	defaultMaxSessions   = 64
 	defaultMaxForwards   = 256
-	defaultMaxHandshakes = 64
+	defaultMaxHandshakes = 128
 	maxEnvVars           = 256
 	maxEnvBytes          = 256 << 10
 )
@@ -126,8 +129,10 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
+	pending   map[net.Conn]struct{} // accepted, not yet authenticated
 	sessions  map[*session]struct{}
 	closing   bool
+	closed    chan struct{} // closed when closing starts
 	idle      chan struct{} // closed and replaced when sessions drop to zero
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -176,7 +181,9 @@ func New(cfg Config) (*Server, error) {
 		handshake: make(chan struct{}, cfg.MaxHandshakes),
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[*conn]struct{}{},
+		pending:   map[net.Conn]struct{}{},
 		sessions:  map[*session]struct{}{},
+		closed:    make(chan struct{}),
 		idle:      make(chan struct{}),
 	}
 	for _, k := range cfg.AgentKeys {
@@ -242,8 +249,18 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.log.Info("ssh listening", "addr", ln.Addr().String(), "host_key", s.HostKeyFingerprint())
 	var backoff time.Duration
 	for {
+		// A connection takes a handshake slot before it is accepted: past
+		// MaxHandshakes, new clients wait in the kernel's backlog instead
+		// of being dropped, and a flood of silent connections costs each
+		// waiting client at most HandshakeTimeout.
+		select {
+		case s.handshake <- struct{}{}:
+		case <-s.closed:
+			return ErrServerClosed
+		}
 		nc, err := ln.Accept()
 		if err != nil {
+			<-s.handshake
 			if s.isClosing() {
 				return ErrServerClosed
 			}
@@ -259,14 +276,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			return fmt.Errorf("accept ssh connections on %s: %w", ln.Addr(), err)
 		}
 		backoff = 0
-		select {
-		case s.handshake <- struct{}{}:
-		default:
-			s.log.Warn("ssh connection dropped: too many unauthenticated connections", "remote", nc.RemoteAddr().String(), "max", s.cfg.MaxHandshakes)
-			nc.Close()
-			continue
-		}
-		if !s.track(func() { s.wg.Add(1) }) {
+		if !s.track(func() { s.wg.Add(1); s.pending[nc] = struct{}{} }) {
 			<-s.handshake
 			nc.Close()
 			return ErrServerClosed
@@ -300,10 +310,7 @@ func (s *Server) isClosing() bool {
 // (ending whatever still runs, as a disconnect does).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	s.closing = true
-	for ln := range s.listeners {
-		ln.Close()
-	}
+	s.startClosing()
 	s.mu.Unlock()
 	var err error
 	for {
@@ -330,9 +337,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
-		s.closing = true
-		for ln := range s.listeners {
-			ln.Close()
+		s.startClosing()
+		for nc := range s.pending {
+			nc.Close()
 		}
 		for c := range s.conns {
 			c.sconn.Close()
@@ -342,6 +349,17 @@ func (s *Server) Close() error {
 	s.wg.Wait()
 	s.leftovers.Close()
 	return nil
+}
+
+// startClosing stops new connections and sessions; s.mu is held.
+func (s *Server) startClosing() {
+	if !s.closing {
+		s.closing = true
+		close(s.closed)
+	}
+	for ln := range s.listeners {
+		ln.Close()
+	}
 }
 
 // SessionInfo describes a running session, for `sandboxd status`.

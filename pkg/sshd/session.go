@@ -422,13 +422,21 @@ type exitInfo struct {
 // finish sends the status, EOF and close, records the session and
 // unregisters it.
 func (ss *session) finish(e exitInfo, ended string) {
+	why := ""
+	if ss.c.s.cfg.Gone != nil {
+		why = ss.c.s.cfg.Gone()
+	}
+	if why != "" {
+		// Tell the client why, rather than let a bare signal speak.
+		ss.ch.Stderr().Write([]byte("sandboxd: " + why + "\r\n"))
+	}
 	if e.Signal != "" {
 		ss.ch.SendRequest("exit-signal", false, ssh.Marshal(struct {
 			Signal     string
 			CoreDumped bool
 			Error      string
 			Lang       string
-		}{e.Signal, e.Core, "", ""}))
+		}{e.Signal, e.Core, why, ""}))
 	} else {
 		ss.ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{uint32(e.Code)}))
 	}
