@@ -64,6 +64,7 @@ type options struct {
 	acceptEnv   []string
 	maxSessions int
 	handshake   time.Duration
+	hide        []string // paths absent inside the sandbox
 }
 
 // newKey writes an ed25519 private key usable by OpenSSH and returns its
@@ -96,7 +97,7 @@ func startServer(t testing.TB, o options) *testServer {
 	require.NoError(t, err)
 	require.NoError(t, os.Chown(work, int(u.UID), int(u.GID)))
 
-	sb := sandboxtest.Start(t, bwrap.Config{Workdir: work})
+	sb := sandboxtest.Start(t, bwrap.Config{Workdir: work, Hide: o.hide})
 	keys := t.TempDir()
 	ts := &testServer{sb: sb, workdir: work, recordsDir: filepath.Join(keys, "records"), harnessLog: &harnessCalls{}, agentUser: u}
 	ts.agentKey, ts.agentSign = newKey(t, keys, "agent")

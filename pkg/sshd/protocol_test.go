@@ -508,18 +508,58 @@ func TestShutdownWaitsForSessionsThenCloses(t *testing.T) {
 }
 
 func TestSFTPWithoutAnImageServerIsRefusedWithTheReason(t *testing.T) {
-	if _, err := os.Stat("/usr/lib/openssh/sftp-server"); err == nil {
-		t.Skip("this image has sftp-server; the refusal path is covered where it does not")
-	}
+	// The sandbox's view lacks sftp-server even where the host has one.
+	ts := startServer(t, options{hide: []string{"/usr/lib/openssh"}})
+	c := ts.client(t, ts.agentSign)
+	ch, reqs, err := c.OpenChannel("session", nil)
+	require.NoError(t, err)
+	defer ch.Close()
+	ok, err := ch.SendRequest("subsystem", true, ssh.Marshal(struct{ Name string }{"sftp"}))
+	require.NoError(t, err)
+	require.True(t, ok, "accepted, so that the reason can follow")
+	errOut, err := io.ReadAll(ch.Stderr())
+	require.NoError(t, err)
+	assert.Contains(t, string(errOut), "openssh-sftp-server")
+	req := <-reqs
+	require.NotNil(t, req)
+	assert.Equal(t, "exit-status", req.Type)
+	assert.Equal(t, ssh.Marshal(struct{ Status uint32 }{125}), req.Payload)
+}
+
+func TestBreakRequest(t *testing.T) {
 	ts := startServer(t, options{})
 	c := ts.client(t, ts.agentSign)
 	s, err := c.NewSession()
 	require.NoError(t, err)
-	var errb bytes.Buffer
-	s.Stderr = &errb
-	require.NoError(t, s.RequestSubsystem("sftp"))
-	err = s.Wait()
-	var ee *ssh.ExitError
-	require.ErrorAs(t, err, &ee)
-	assert.Contains(t, errb.String(), "openssh-sftp-server")
+	defer s.Close()
+	require.NoError(t, s.RequestPty("xterm", 24, 80, ssh.TerminalModes{}))
+	out, err := s.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, s.Start("echo ready; sleep 5"))
+	io.ReadFull(out, make([]byte, 5))
+	ok, err := s.SendRequest("break", true, ssh.Marshal(struct{ Ms uint32 }{100}))
+	require.NoError(t, err)
+	assert.True(t, ok, "break on a terminal is accepted, as sshd does")
+	s.Signal(ssh.SIGKILL)
+
+	// Without a terminal there is nothing to break.
+	s2, err := c.NewSession()
+	require.NoError(t, err)
+	defer s2.Close()
+	out2, _ := s2.StdoutPipe()
+	require.NoError(t, s2.Start("echo ready; sleep 5"))
+	io.ReadFull(out2, make([]byte, 5))
+	ok, err = s2.SendRequest("break", true, ssh.Marshal(struct{ Ms uint32 }{100}))
+	require.NoError(t, err)
+	assert.False(t, ok)
+	s2.Signal(ssh.SIGKILL)
+}
+
+// TestSandboxCannotReachTheSSHPort: the listener lives in the substrate's
+// network; the sandbox has a network of its own.
+func TestSandboxCannotReachTheSSHPort(t *testing.T) {
+	ts := startServer(t, options{})
+	c := ts.client(t, ts.agentSign)
+	_, _, code, _ := output(t, c, fmt.Sprintf("python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", %s), timeout=2)'", ts.port))
+	assert.NotEqual(t, 0, code, "a sandboxed process reached the SSH port")
 }

@@ -262,7 +262,7 @@ func (ss *session) start(req *ssh.Request) {
 	}
 	if req.Type == "subsystem" && subsystem != "sftp" {
 		ss.c.log.Info("ssh subsystem refused", "subsystem", subsystem)
-		fmt.Fprintf(ss.ch.Stderr(), "sandboxd: subsystem %q is not available (only sftp is)\r\n", subsystem)
+		ss.writeErr(fmt.Sprintf("sandboxd: subsystem %q is not available (only sftp is)", subsystem))
 		req.Reply(false, nil)
 		ss.finish(exitInfo{Code: exitSetup}, "unknown subsystem")
 		return
