@@ -86,9 +86,16 @@ bomb() { if [ $1 -le 0 ]; then exec sleep 300; fi; bomb $(($1-1)) & bomb $(($1-1
 bomb 9
 BOMB
 setsid sh {WD}/bomb.sh </dev/null >/dev/null 2>&1 &
-sleep 4; ls -d /proc/[0-9]* | wc -l`, nil))
+echo started`, nil))
 			require.NoError(t, x.err)
-			n, _ := strconv.Atoi(strings.TrimSpace(x.stdout))
+			// It grows at the pace of the machine: wait until it is grown.
+			var n int
+			deadline := time.Now().Add(90 * time.Second)
+			for n <= 900 && time.Now().Before(deadline) {
+				time.Sleep(time.Second)
+				y := r.sh(`ls -d /proc/[0-9]* | wc -l`)
+				n, _ = strconv.Atoi(strings.TrimSpace(y.stdout))
+			}
 			t.Logf("%d processes in the sandbox", n)
 			require.Greater(t, n, 500, x.output())
 			r.responsive(t, fmt.Sprintf("fork bomb (%d processes)", n))
@@ -96,7 +103,7 @@ sleep 4; ls -d /proc/[0-9]* | wc -l`, nil))
 		})
 
 		t.Run("exhaust file descriptors", func(t *testing.T) {
-			x := r.sh(r.expand(`setsid {PY} fds 100000 40 > {WD}/fds.log 2>&1 </dev/null & sleep 4; cat {WD}/fds.log`, nil))
+			x := r.sh(r.expand(`setsid {PY} fds 100000 60 > {WD}/fds.log 2>&1 </dev/null & for i in $(seq 120); do grep -q holding {WD}/fds.log && break; sleep 0.5; done; cat {WD}/fds.log`, nil))
 			require.NoError(t, x.err)
 			require.Contains(t, x.stdout, "holding", x.output())
 			t.Logf("%s", strings.TrimSpace(x.stdout))
@@ -155,7 +162,7 @@ for i in range(2000):
     except OSError as e:
         print("stopped at", i, e); break
 print("holding", len(held), flush=True)
-time.sleep(40)' > {WD}/loris.log 2>&1 </dev/null & sleep 6; cat {WD}/loris.log`, nil))
+time.sleep(60)' > {WD}/loris.log 2>&1 </dev/null & for i in $(seq 120); do grep -q holding {WD}/loris.log && break; sleep 0.5; done; cat {WD}/loris.log`, nil))
 			require.NoError(t, x.err)
 			t.Logf("%s", strings.TrimSpace(x.stdout))
 			r.responsive(t, "slow-loris the agent proxy ("+strings.TrimSpace(x.stdout)+")")

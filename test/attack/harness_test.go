@@ -42,8 +42,11 @@ var harnessFiles = []attempt{
 	{name: "find a block device", sh: `find /dev -type b 2>/dev/null | grep .`},
 	{name: "read raw disks and kernel memory", sh: `for d in /dev/mem /dev/kmem /dev/port /dev/vda /dev/sda /dev/nvme0n1 /dev/xvda /proc/kcore; do test -r $d && test "$(timeout 2 head -c 64 $d 2>/dev/null | wc -c)" -gt 0 && { echo read $d; exit 0; }; done; exit 1`},
 	{name: "make a block device node for the root disk", sh: `mknod {WD}/disk b 254 0 && test "$(head -c 512 {WD}/disk | wc -c)" -gt 0`},
-	{name: "search the filesystem for the task's and harness's names", sh: `find / \( -path /proc -o -path /sys \) -prune -o \( -name '*{TASK}*' -o -name "$(basename {H})" \) -print 2>/dev/null | grep .`},
-	{name: "grep the writable places for the tests' secret", sh: `grep -rsl -- {SECRET} /tmp /var/tmp /dev/shm /run /media /logs /tests /opt /srv /mnt 2>/dev/null | grep .`},
+	// Every filesystem of the sandbox's view but /proc and /sys: the root
+	// (without other containers' overlays under /var/lib/docker, which are
+	// mounts of their own) and each tmpfs the sandbox has.
+	{name: "search the filesystem for the task's and harness's names", sh: `find / /media /logs /tests /dev /tmp /run -xdev \( -name '*{TASK}*' -o -name "$(basename {H})" \) -print 2>/dev/null | grep .`},
+	{name: "grep the writable places for the tests' secret", sh: `find /tmp /var/tmp /dev/shm /run /media /logs /tests /opt /srv /mnt -xdev -type f -size -4M 2>/dev/null | xargs -r grep -sl -- {SECRET} 2>/dev/null | grep .`},
 	{name: "open_by_handle_at (the shocker escape)", sh: `{PY} handle`},
 	{name: "break out of a chroot and look for the harness dir", sh: `cd {WD} && {PY} chroot-break {H}`},
 	{name: "connect to the host's docker and containerd sockets", sh: `for s in /run/docker.sock /var/run/docker.sock /run/containerd/containerd.sock /run/dbus/system_bus_socket /run/systemd/private; do {PY} unix $s && exit 0; done; exit 1`},
