@@ -85,7 +85,8 @@ type Daemon struct {
 	files        []bwrap.DataFile
 	egress       *egressRuntime
 	ssh          *sshDoor
-	onReady      func() // called once everything serves; trial waits for it
+	onReady      func()          // called once everything serves; trial waits for it
+	serveCtx     context.Context // ends when serve stops; work that outlives a client uses it
 	// leftovers keeps reading the output of background processes that
 	// outlive their exec, so they never die of SIGPIPE.
 	leftovers *ptyrelay.Leftovers
@@ -289,6 +290,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	d.stop = stop
+	d.serveCtx = ctx
 
 	rt, err := d.startEgress(ctx, d.peers)
 	if err != nil {
@@ -315,12 +317,17 @@ func (d *Daemon) serve(ctx context.Context) error {
 		sshDone = make(chan struct{})
 		go func() {
 			defer close(sshDone)
-			if err := door.server.Serve(ctx, door.listener); err != nil && ctx.Err() == nil {
+			// Not ctx: the deferred Shutdown ends it, after the grace.
+			if err := door.server.Serve(context.Background(), door.listener); err != nil && ctx.Err() == nil {
 				d.log.Error("ssh stopped", "err", err)
 			}
 		}()
 		defer func() {
-			door.server.Close()
+			// Sessions whose processes died with the sandbox still get to
+			// tell their clients why; the rest are cut after a short grace.
+			grace, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			door.server.Shutdown(grace)
+			cancel()
 			<-sshDone
 		}()
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/control"
@@ -138,6 +139,12 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 		sess.Kill()
 	}
 	e := sess.Wait()
+	if e.Signal == syscall.SIGKILL && !timedOut {
+		if why := d.goneReason(); why != "" {
+			// Say why, rather than let a bare SIGKILL speak for the sandbox.
+			conn.Write(control.KindStderr, []byte("sandboxd: "+why+"\n"))
+		}
+	}
 	exit := control.Exit{Code: e.Code, Signal: e.SignalName(), TimedOut: timedOut}
 	if timedOut {
 		exit.Code = 124

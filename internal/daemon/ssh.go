@@ -84,6 +84,7 @@ func (d *Daemon) startSSH(ctx context.Context) (*sshDoor, error) {
 		RecordsDir:     door.recordsDir,
 		SessionTimeout: c.SessionTimeout,
 		Harness:        d.harnessCommand,
+		Gone:           d.goneReason,
 		Log:            d.log.With("door", "ssh"),
 	})
 	if err != nil {
@@ -109,13 +110,35 @@ func (d *Daemon) sshAgent() (sshd.Agent, error) {
 	return sshd.Agent{User: d.agent, Env: d.agentEnv(d.agent, nil), Dir: d.cfg.Workdir}, nil
 }
 
+// goneReason is what a session's client is told when the sandbox died under
+// it. Sessions die with the sandbox's pid namespace a moment before bwrap
+// notices, so a little of that moment is waited for.
+func (d *Daemon) goneReason() string {
+	select {
+	case <-d.holder.Done():
+	case <-time.After(300 * time.Millisecond):
+	}
+	if d.holderGone() {
+		return "the sandbox is gone (its holder died): this session ended with it, and serve is stopping"
+	}
+	return ""
+}
+
+// holderGone reports whether the sandbox's pid 1 has died. bwrap notices a
+// moment after the sessions do, so its exit is not waited for: pid 1 gone or
+// a zombie is enough.
 func (d *Daemon) holderGone() bool {
 	select {
 	case <-d.holder.Done():
 		return true
 	default:
-		return false
 	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.holder.PID))
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i > 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
 }
 
 // harnessCommand runs one control command for a harness key. Nothing else:
@@ -145,7 +168,10 @@ func (d *Daemon) harnessCommand(ctx context.Context, command string, stdout, std
 			}
 			timeout = t
 		}
-		v, err := d.Grade(ctx, timeout)
+		// A grading outlives the connection that asked for it: a harness
+		// that drops mid-grade finds the verdict in /logs/verifier, and in
+		// the next status.
+		v, err := d.Grade(d.serveCtx, timeout)
 		if err != nil {
 			fmt.Fprintf(stderr, "sandboxd: grade: %v\n", err)
 			return 125

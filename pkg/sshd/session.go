@@ -423,7 +423,7 @@ type exitInfo struct {
 // unregisters it.
 func (ss *session) finish(e exitInfo, ended string) {
 	why := ""
-	if ss.c.s.cfg.Gone != nil {
+	if ss.c.s.cfg.Gone != nil && e.Signal == "KILL" {
 		why = ss.c.s.cfg.Gone()
 	}
 	if why != "" {
