@@ -428,7 +428,7 @@ func (ss *session) finish(e exitInfo, ended string) {
 	}
 	if why != "" {
 		// Tell the client why, rather than let a bare signal speak.
-		ss.ch.Stderr().Write([]byte("sandboxd: " + why + "\r\n"))
+		ss.writeErr("sandboxd: " + why)
 	}
 	if e.Signal != "" {
 		ss.ch.SendRequest("exit-signal", false, ssh.Marshal(struct {
