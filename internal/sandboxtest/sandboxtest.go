@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -121,11 +122,40 @@ func HarnessDir(t testing.TB) string {
 // SharedTests serializes, across test binaries, the tests that create or
 // assert the absence of /tests in the shared filesystem: grading makes an
 // empty /tests mount point there while a verifier runs, and `go test ./...`
-// runs packages in parallel.
+// runs packages in parallel. Within one test binary it is re-entrant (a test
+// that restarts serve takes it twice); the file lock is held while any test
+// of the binary holds it.
 func SharedTests(t testing.TB) {
 	t.Helper()
-	f, err := os.OpenFile("/run/sandboxd-tests-slash-tests.lock", os.O_CREATE|os.O_RDWR, 0o600)
-	require.NoError(t, err)
-	require.NoError(t, syscall.Flock(int(f.Fd()), syscall.LOCK_EX))
-	t.Cleanup(func() { f.Close() })
+	sharedMu.Lock()
+	if sharedHolders == 0 {
+		f, err := os.OpenFile("/run/sandboxd-tests-slash-tests.lock", os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			sharedMu.Unlock()
+			require.NoError(t, err)
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+			f.Close()
+			sharedMu.Unlock()
+			require.NoError(t, err)
+		}
+		sharedLock = f
+	}
+	sharedHolders++
+	sharedMu.Unlock()
+	t.Cleanup(func() {
+		sharedMu.Lock()
+		defer sharedMu.Unlock()
+		sharedHolders--
+		if sharedHolders == 0 {
+			sharedLock.Close()
+			sharedLock = nil
+		}
+	})
 }
+
+var (
+	sharedMu      sync.Mutex
+	sharedHolders int
+	sharedLock    *os.File
+)

@@ -102,6 +102,10 @@ type rolloutOptions struct {
 const envSecretName = "SANDBOXD_ATTACK_HARNESS_SECRET"
 
 func serveTask(t *testing.T, o rolloutOptions) *rollout {
+	// Attempts plant /tests in the shared filesystem, and other packages'
+	// tests assert it is absent: take the shared lock, and leave none behind.
+	sandboxtest.SharedTests(t)
+	t.Cleanup(func() { os.Remove("/tests") })
 	t.Helper()
 	sandboxtest.RequireRoot(t)
 	r := &rollout{t: t, user: o.user, secrets: map[string]string{}}

@@ -122,6 +122,7 @@ func startServe(t *testing.T, harness, task string) *server {
 
 // startServeIn is startServe with a workdir of the caller's ("" for a fresh one).
 func startServeIn(t *testing.T, harness, workdir, task string) *server {
+	sandboxtest.SharedTests(t)
 	t.Helper()
 	sandboxtest.RequireRoot(t)
 	if harness == "" {

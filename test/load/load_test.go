@@ -73,6 +73,7 @@ func (r resolver) LookupNetIP(_ context.Context, _ string, host string) ([]netip
 }
 
 func serve(t *testing.T, network *daemon.Network, res egress.Resolver) *served {
+	sandboxtest.SharedTests(t)
 	t.Helper()
 	sandboxtest.RequireRoot(t)
 	s := &served{harness: sandboxtest.HarnessDir(t), workdir: t.TempDir()}
