@@ -116,24 +116,42 @@ func peers(b *testing.B) (sandboxd, openssh peer) {
 
 // compare runs op(n) b.N times against each peer, after a short warm-up
 // (page cache, sshd's first fork, the join path), and reports both averages
-// and their ratio.
-func compare(b *testing.B, unit string, a, z peer, n int, op func(b *testing.B, p peer, n int) float64) {
+// and their ratio. The peers take turns in rounds of n/10 operations, so
+// that the load of a shared machine drifting during the run weighs on both
+// alike. op returns its average over the k operations it ran.
+func compare(b *testing.B, unit string, a, z peer, n int, op func(b *testing.B, p peer, k int) float64) {
 	b.Helper()
 	b.StopTimer()
-	results := map[string]float64{}
-	for _, p := range []peer{a, z} {
+	ps := []peer{a, z}
+	for _, p := range ps {
 		op(b, p, max(1, n/50))
-		var sum float64
-		for range b.N {
-			sum += op(b, p, n)
+	}
+	rounds := min(n, 10)
+	sums := map[string]float64{}
+	for range b.N {
+		for r := range rounds {
+			k := n/rounds + boolInt(r < n%rounds)
+			for _, p := range ps {
+				sums[p.name] += op(b, p, k) * float64(k)
+			}
 		}
-		results[p.name] = sum / float64(b.N)
+	}
+	results := map[string]float64{}
+	for _, p := range ps {
+		results[p.name] = sums[p.name] / float64(n*b.N)
 		b.Logf("%s: %.3f %s", p.name, results[p.name], unit)
 	}
 	b.ReportMetric(results[a.name], a.name+"-"+unit)
 	b.ReportMetric(results[z.name], z.name+"-"+unit)
 	b.ReportMetric(results[a.name]/results[z.name], "ratio")
 	b.ReportMetric(0, "ns/op")
+}
+
+func boolInt(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 func execTrue(b *testing.B, c *ssh.Client) {
@@ -176,8 +194,8 @@ func BenchmarkConnectAndExec(b *testing.B) {
 func BenchmarkThroughput1GiB(b *testing.B) {
 	sd, os := peers(b)
 	clients := map[string]*ssh.Client{sd.name: sd.dial(b), os.name: os.dial(b)}
-	// The warm-up moves 1 GiB too: n only scales the op count.
-	compare(b, "MiB/s", sd, os, 1, func(b *testing.B, p peer, _ int) float64 {
+	// Three transfers each, alternating, after a warm-up transfer.
+	compare(b, "MiB/s", sd, os, 3, func(b *testing.B, p peer, _ int) float64 {
 		s, err := clients[p.name].NewSession()
 		require.NoError(b, err)
 		defer s.Close()
