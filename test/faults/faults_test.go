@@ -334,6 +334,11 @@ nohup sh -c 'trap "" TERM HUP INT; while :; do sleep 1; done' </dev/null >/dev/n
 			if sig == syscall.SIGTERM {
 				assert.Equal(t, 0, code, "SIGTERM is a clean stop (docker stop): %s", s.stderr.String())
 			}
+			// Every process of the sandbox's own pid namespace goes with the
+			// holder, whatever the signal (its teardown waits for the last
+			// process to be reaped, which takes a while on a loaded machine).
+			assert.Eventually(t, func() bool { return len(survivors(pidNS, "")) == 0 }, 60*time.Second, 50*time.Millisecond,
+				"processes of the sandbox's pid namespace survived %s: %v", sig, survivors(pidNS, ""))
 			gone := assert.Eventually(&quietT{}, func() bool { return len(survivors(pidNS, userNS)) == 0 }, 15*time.Second, 50*time.Millisecond)
 			if sig == syscall.SIGKILL {
 				// As PID 1 of a container, serve's death ends the container's
