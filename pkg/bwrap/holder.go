@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/memfd"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/cleanup"
@@ -127,7 +129,7 @@ func Start(ctx context.Context, cfg Config) (*Holder, error) {
 	})
 	defer cu.Clean()
 
-	argsFile, err := memFile("bwrap-args", []byte(strings.Join(opts, "\x00")+"\x00"))
+	argsFile, err := memfd.New("bwrap-args", []byte(strings.Join(opts, "\x00")+"\x00"))
 	if err != nil {
 		return nil, err
 	}
@@ -286,30 +288,12 @@ func buildOptions(v Version, cfg *Config) ([]string, []*os.File, error) {
 }
 
 func (p *mountPlan) dataFD(data []byte) (int, error) {
-	f, err := memFile("bwrap-data", data)
+	f, err := memfd.New("bwrap-data", data)
 	if err != nil {
 		return 0, err
 	}
 	p.dataFDs = append(p.dataFDs, f)
 	return p.firstFD + len(p.dataFDs) - 1, nil
-}
-
-// memFile is an anonymous file holding data, positioned at its start.
-func memFile(name string, data []byte) (*os.File, error) {
-	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("memfd for %s: %w", name, err)
-	}
-	f := os.NewFile(uintptr(fd), name)
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("fill memfd %s: %w", name, err)
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("rewind memfd %s: %w", name, err)
-	}
-	return f, nil
 }
 
 func closeAll(files []*os.File) {

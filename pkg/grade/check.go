@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/memfd"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/join"
 )
@@ -32,7 +33,7 @@ type CheckResult struct {
 
 // Check runs one healthcheck. A non-nil error means sandboxd itself failed.
 func Check(ctx context.Context, cfg CheckConfig) (CheckResult, error) {
-	out, err := memFile("healthcheck-output", nil)
+	out, err := memfd.New("healthcheck-output", nil)
 	if err != nil {
 		return CheckResult{}, fmt.Errorf("healthcheck: %w", err)
 	}

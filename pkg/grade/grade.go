@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/memfd"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
@@ -360,7 +362,7 @@ func runVisitor(ctx context.Context, target join.Target, params visitorParams, o
 	if err != nil {
 		return visitorRun{}, fmt.Errorf("grade: encode visitor parameters: %w", err)
 	}
-	paramsFile, err := memFile("visitor-params", raw)
+	paramsFile, err := memfd.New("visitor-params", raw)
 	if err != nil {
 		return visitorRun{}, fmt.Errorf("grade: %w", err)
 	}
@@ -418,23 +420,6 @@ func runVisitor(ctx context.Context, target join.Target, params visitorParams, o
 		run.result = &res
 	}
 	return run, nil
-}
-
-func memFile(name string, data []byte) (*os.File, error) {
-	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("memfd %s: %w", name, err)
-	}
-	f := os.NewFile(uintptr(fd), name)
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("write memfd %s: %w", name, err)
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("rewind memfd %s: %w", name, err)
-	}
-	return f, nil
 }
 
 // tail keeps the last few KiB a helper printed, for error messages.

@@ -38,6 +38,8 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/sandboxd/sandboxd/internal/memfd"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
@@ -180,7 +182,7 @@ func enterCommand(path string, args []string, s Spec) (*Starter, error) {
 	if err != nil {
 		return nil, err
 	}
-	specFile, err := memFile("spec", spec)
+	specFile, err := memfd.New("spec", spec)
 	if err != nil {
 		return nil, err
 	}
@@ -292,21 +294,4 @@ func ExitStatus(err error) (code int, signal syscall.Signal, ok bool) {
 		return 128 + int(ws.Signal()), ws.Signal(), true
 	}
 	return ws.ExitStatus(), 0, true
-}
-
-func memFile(name string, data []byte) (*os.File, error) {
-	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("memfd %s: %w", name, err)
-	}
-	f := os.NewFile(uintptr(fd), name)
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return nil, err
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
 }
