@@ -42,6 +42,14 @@ var (
 	buildErr  error
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binary != "" {
+		os.RemoveAll(filepath.Dir(binary))
+	}
+	os.Exit(code)
+}
+
 // sandboxd builds ./cmd/sandboxd once for the whole run.
 func sandboxd(t *testing.T) string {
 	t.Helper()
