@@ -44,6 +44,10 @@ bench: build
 bench-quick: build
 	$(GO) run ./test/bench -quick
 
+# The long load run of issue 7: 10,000 sequential and 500 concurrent sessions.
+soak: build
+	SANDBOXD_SOAK=1 $(GO) test -count=1 -timeout 60m -tags soak -v ./test/load/
+
 fuzz:
 	scripts/fuzz.sh $${FUZZTIME:-10m}
 

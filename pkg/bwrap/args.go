@@ -17,6 +17,7 @@ var introduced = map[string]Version{
 	"--bind-data":          Minimum,
 	"--bind-try":           Minimum,
 	"--dev-bind-try":       Minimum,
+	"--cap-add":            Minimum,
 	"--cap-drop":           Minimum,
 	"--chdir":              Minimum,
 	"--dev":                Minimum,

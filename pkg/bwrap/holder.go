@@ -272,7 +272,12 @@ func buildOptions(v Version, cfg *Config) ([]string, []*os.File, error) {
 		Add("--unshare-uts").Add("--unshare-net").Add("--unshare-cgroup-try")
 	a.Add("--die-with-parent").Add("--as-pid-1")
 	a.AddFD("--info-fd", fdInfo).AddFD("--userns-block-fd", fdBlock)
-	a.Add("--cap-drop", "ALL")
+	// pid 1 keeps one capability that sessions never have: the kernel then
+	// refuses a session ptrace, /proc/1/mem and /proc/1/fd (access needs a
+	// superset of the target's capabilities), so a root agent cannot write
+	// itself into pid 1 or end the sandbox through it. CAP_WAKE_ALARM lets
+	// pid 1 do nothing it could misuse: it only sets timers.
+	a.Add("--cap-drop", "ALL").Add("--cap-add", "CAP_WAKE_ALARM")
 	plan := &mountPlan{root: "/", cfg: cfg, firstFD: fdData}
 	if err := plan.emit(a); err != nil {
 		closeAll(plan.dataFDs)

@@ -125,12 +125,16 @@ func TestLesson55_NothingInsideNamesTheHarness(t *testing.T) {
 	cfg, harness := harnessConfig(t)
 	cfg.Files = []bwrap.DataFile{{Path: "/etc/hosts", Data: []byte("127.0.0.1 localhost\n")}}
 	sb := sandboxtest.Start(t, cfg)
-	r := sb.Sh(t, "0", "tr '\\0' ' ' </proc/1/cmdline; echo; tr '\\0' '\\n' </proc/1/environ; env; ls -la /proc/1/fd/ 2>&1")
+	r := sb.Sh(t, "0", "tr '\\0' ' ' </proc/1/cmdline; echo; tr '\\0' '\\n' </proc/1/environ 2>&1; env; ls -la /proc/1/fd/ 2>&1; ( exec 9</proc/1/mem ) 2>/dev/null || echo pid1-guarded")
 	require.Equal(t, 0, r.Code, r.Stderr)
 	for _, word := range []string{harness, "sandboxd", filepath.Base(harness), "--args", "bwrap", "memfd"} {
 		assert.NotContains(t, r.Stdout, word)
 	}
 	assert.True(t, strings.HasPrefix(r.Stdout, "/bin/sh -c "), "pid 1 is a plain shell: %s", r.Stdout)
+	// pid 1 holds a capability sessions lack, so the agent's root can
+	// neither read its environment and descriptors nor write its memory.
+	assert.Contains(t, r.Stdout, "pid1-guarded")
+	assert.Contains(t, r.Stdout, "Permission denied")
 	// Mount sources: the substrate's own mounts show as they are, but none of
 	// the sandbox's mounts names the harness.
 	r = sb.Sh(t, "0", "cat /proc/self/mountinfo")

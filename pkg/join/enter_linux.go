@@ -108,6 +108,14 @@ func enter(_ []string) int {
 	if err != nil {
 		return fail(code, "%v", err)
 	}
+	// A session keyring of its own: the daemon's (and the host's, on a bare
+	// machine) must not be reachable from the sandbox. Where a seccomp
+	// profile forbids keyctl (Docker's does), the agent cannot reach any
+	// keyring either, and there is nothing to do.
+	// A NULL name asks for a new anonymous keyring.
+	if _, _, errno := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); errno != 0 && errno != unix.EPERM && errno != unix.ENOSYS && errno != unix.EACCES {
+		return fail(ExitSetup, "new session keyring: %v", errno)
+	}
 	fmt.Fprintln(status, statusOK)
 	err = unix.Exec(path, s.Argv, s.Env)
 	// The status pipe is gone (close-on-exec did not fire since exec failed,
