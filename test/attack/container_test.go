@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -123,8 +124,17 @@ func inContainer(_ []string) int {
 					return
 				}
 				s.hits.Add(1)
-				io.WriteString(c, "HTTP/1.0 200 OK\r\n\r\n"+s.banner+"\n")
-				c.Close()
+				// Read the request before answering: a socket closed with
+				// the request still unread resets the tunnel, and the agent
+				// would see "Connection reset" instead of the banner.
+				go func() {
+					defer c.Close()
+					c.SetDeadline(time.Now().Add(10 * time.Second))
+					if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+						return
+					}
+					io.WriteString(c, "HTTP/1.0 200 OK\r\n\r\n"+s.banner+"\n")
+				}()
 			}
 		}()
 	}
