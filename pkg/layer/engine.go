@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -365,8 +364,8 @@ func (c *CLI) stream(ctx context.Context, log io.Writer, args ...string) ([]stri
 			}
 			// The tail goes into an error message: no colour codes, and
 			// not the client's notice about its own builder.
-			line = ansiEscape.ReplaceAllString(line, "")
-			if legacyNotice.MatchString(line) {
+			line = ansiEscape().ReplaceAllString(line, "")
+			if legacyNotice().MatchString(line) {
 				continue
 			}
 			if len(tail) == tailLines {
@@ -386,8 +385,8 @@ func (c *CLI) stream(ctx context.Context, log io.Writer, args ...string) ([]stri
 }
 
 var (
-	ansiEscape   = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
-	legacyNotice = regexp.MustCompile(`^\s*(DEPRECATED: The legacy builder is deprecated|Install the buildx component to build images|https://docs\.docker\.com/go/buildx/|$)`)
+	ansiEscape   = lazyRegexp(`\x1b\[[0-9;]*[A-Za-z]`)
+	legacyNotice = lazyRegexp(`^\s*(DEPRECATED: The legacy builder is deprecated|Install the buildx component to build images|https://docs\.docker\.com/go/buildx/|$)`)
 )
 
 func sortedKeys[V any](m map[string]V) []string {

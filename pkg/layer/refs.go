@@ -4,19 +4,25 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // DefaultPrefix is the repository prefix of adapted images when --tag is not given.
 const DefaultPrefix = "sandboxd"
 
 // Image references follow the distribution spec: lower-case path components
-// joined by separators, an optional registry host (with a port) first, and a
-// tag of word characters, dots and dashes.
+// joined by separators, an optional registry host (with a port) first.
 var (
-	repoComponent = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$`)
-	registryHost  = regexp.MustCompile(`^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?$`)
-	tagPattern    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+	repoComponent = lazyRegexp(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$`)
+	registryHost  = lazyRegexp(`^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?$`)
 )
+
+// lazyRegexp compiles expr on first use rather than at init: every start of
+// this binary runs every package's init, the enter step of each exec
+// included, and that step never adapts an image.
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 // CheckPrefix reports whether prefix can start an image reference
 // ("sandboxd", "registry.example:5000/team/tasks"): a tag or digest there would
@@ -28,12 +34,12 @@ func CheckPrefix(prefix string) error {
 	parts := strings.Split(prefix, "/")
 	for i, p := range parts {
 		if i == 0 && len(parts) > 1 && (strings.ContainsAny(p, ".:") || p == "localhost") {
-			if !registryHost.MatchString(p) {
+			if !registryHost().MatchString(p) {
 				return fmt.Errorf("image prefix %q: %q is not a registry host[:port]", prefix, p)
 			}
 			continue
 		}
-		if !repoComponent.MatchString(p) {
+		if !repoComponent().MatchString(p) {
 			return fmt.Errorf("image prefix %q: %q is not a repository name component (lower-case letters, digits, and . _ - between them; no tag): write --tag sandboxd or --tag registry.example/team", prefix, p)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -206,7 +207,14 @@ func (p keyPath) names() []string {
 	return out
 }
 
-var bareKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+var bareKey = lazyRegexp(`^[A-Za-z0-9_-]+$`)
+
+// lazyRegexp compiles expr on first use rather than at init: every start of
+// this binary runs every package's init, the enter step of each exec
+// included, and that step never reads a task.
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 // String writes the key as a TOML dotted key, quoting pieces that need it,
 // with [i] after array elements: environment.env.PATH, peers[1].port.
@@ -216,7 +224,7 @@ func (p keyPath) String() string {
 		if i > 0 {
 			b.WriteByte('.')
 		}
-		if bareKey.MatchString(s.name) {
+		if bareKey().MatchString(s.name) {
 			b.WriteString(s.name)
 		} else {
 			fmt.Fprintf(&b, "%q", s.name)

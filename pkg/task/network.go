@@ -3,7 +3,6 @@ package task
 import (
 	"fmt"
 	"net/netip"
-	"regexp"
 	"slices"
 	"strings"
 )
@@ -76,7 +75,7 @@ func readPolicy(t *table) policy {
 	return pol
 }
 
-var hostLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+var hostLabel = lazyRegexp(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // normalizeHost lower-cases an allowlist entry and checks it is a host name,
 // a "*.suffix" pattern, an IP address or a CIDR prefix — never a URL or a port.
@@ -112,7 +111,7 @@ func normalizeHost(h string) (string, error) {
 		return "", fmt.Errorf("entry %q: a wildcard must be a leading \"*.\" followed by a domain; %s", h, example)
 	}
 	for _, l := range strings.Split(name, ".") {
-		if !hostLabel.MatchString(l) {
+		if !hostLabel().MatchString(l) {
 			return "", fmt.Errorf("entry %q is not a host name (letters, digits, hyphens and dots only): %s", h, example)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"path"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -257,7 +256,7 @@ func (t *Task) readVerifier(v *table) {
 	}
 }
 
-var tpuName = regexp.MustCompile(`(?i)tpu|trillium|ironwood|^v[2-7](e|p|lite|litepod)?([-_ ]|$)`)
+var tpuName = lazyRegexp(`(?i)tpu|trillium|ironwood|^v[2-7](e|p|lite|litepod)?([-_ ]|$)`)
 
 func (t *Task) readEnvironment(env *table) {
 	e := &t.Environment
@@ -309,7 +308,7 @@ func (t *Task) readEnvironment(env *table) {
 	}
 	if types, ok := env.strings("gpu_types", `["H100", "A100"]`); ok {
 		for _, ty := range types {
-			if tpuName.MatchString(ty) {
+			if tpuName().MatchString(ty) {
 				d.unsupported(at("gpu_types"), "TPUs",
 					fmt.Sprintf("%q names a TPU; sandboxd passes only GPU device nodes through. Remove it from gpu_types", ty))
 			}

@@ -162,7 +162,7 @@ func validPeerName(n string) bool {
 		return false
 	}
 	for _, l := range strings.Split(n, ".") {
-		if !hostLabel.MatchString(l) {
+		if !hostLabel().MatchString(l) {
 			return false
 		}
 	}
