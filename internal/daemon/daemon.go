@@ -237,9 +237,9 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("stat /logs/verifier: %w", err)
 	}
 	d.logsDev, d.logsIno = logsSt.Dev, logsSt.Ino
-	// Everything the daemon runs later is pinned now, before any agent code
-	// has run in the filesystem the sandbox shares (join.PinTools).
-	if err := join.PinTools(filepath.Join(runDir, "tools")); err != nil {
+	// What the daemon runs later is pinned now, before any agent code has
+	// run in the filesystem the sandbox shares.
+	if err := join.Pin(); err != nil {
 		return nil, err
 	}
 	// So are the users of the phases: the agent may rewrite /etc/passwd.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -112,11 +111,6 @@ func Doctor(ctx context.Context, cfg DoctorConfig) Report {
 	}
 	r.Bwrap = v.String()
 	add(Check{Name: "bubblewrap", OK: true, Detail: fmt.Sprintf("%s %s", path, v)})
-	if _, err := exec.LookPath("nsenter"); err != nil {
-		add(Check{Name: "nsenter", Detail: "not on PATH", Fix: "install util-linux"})
-		return r
-	}
-	add(Check{Name: "nsenter", OK: true})
 	for _, c := range hostChecks() {
 		add(c)
 		if !c.OK {

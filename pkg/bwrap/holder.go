@@ -46,7 +46,7 @@ type Holder struct {
 	Bwrap        string
 	MapMode      string   // "identity" or "single-id"
 	Degradations []string // what the sandbox lacks compared with its declaration
-	Namespaces   []string // nsenter flags that join it, derived from the holder itself
+	Namespaces   []string // the namespaces it owns (/proc/PID/ns names), read from the holder itself
 
 	cmd        *exec.Cmd
 	hold       *os.File // the write end of pid 1's stdin, never written
@@ -226,7 +226,7 @@ func Start(ctx context.Context, cfg Config) (*Holder, error) {
 	if err := waitReady(readyR, deadline); err != nil {
 		return nil, h.died(fmt.Errorf("wait for the sandbox's readiness line: %w", err))
 	}
-	if h.Namespaces, err = joinNamespaces(h.PID); err != nil {
+	if h.Namespaces, err = ownNamespaces(h.PID); err != nil {
 		return nil, err
 	}
 	cu.Release()
@@ -416,40 +416,42 @@ func waitReady(r *os.File, deadline time.Time) error {
 	return nil
 }
 
-// nsKinds maps /proc/PID/ns names to nsenter flags. The sandbox must own all
-// of the required ones (lesson 6): "owns a network namespace" is decided once,
-// by the holder, and joining follows what the holder has.
+// nsKinds are the namespaces a sandbox may own, by their /proc/PID/ns names.
+// The sandbox must own all of the required ones (lesson 6): "owns a network
+// namespace" is decided once, by the holder, and joining follows what the
+// holder has.
 var nsKinds = []struct {
-	proc, flag string
-	required   bool
+	name     string
+	required bool
 }{
-	{"user", "--user", true},
-	{"mnt", "--mount", true},
-	{"pid", "--pid", true},
-	{"uts", "--uts", true},
-	{"ipc", "--ipc", true},
-	{"net", "--net", true},
-	{"cgroup", "--cgroup", false},
+	{"user", true},
+	{"mnt", true},
+	{"pid", true},
+	{"uts", true},
+	{"ipc", true},
+	{"net", true},
+	{"cgroup", false},
 }
 
-func joinNamespaces(pid int) ([]string, error) {
-	var flags []string
+// ownNamespaces lists the namespaces of pid that are not the caller's.
+func ownNamespaces(pid int) ([]string, error) {
+	var owned []string
 	for _, k := range nsKinds {
-		theirs, err1 := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, k.proc))
-		ours, err2 := os.Readlink("/proc/self/ns/" + k.proc)
+		theirs, err1 := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, k.name))
+		ours, err2 := os.Readlink("/proc/self/ns/" + k.name)
 		if err1 != nil || err2 != nil {
 			if k.required {
-				return nil, fmt.Errorf("read %s namespace of the holder: %v %v", k.proc, err1, err2)
+				return nil, fmt.Errorf("read %s namespace of the holder: %v %v", k.name, err1, err2)
 			}
 			continue
 		}
 		if theirs != ours {
-			flags = append(flags, k.flag)
+			owned = append(owned, k.name)
 		} else if k.required {
-			return nil, fmt.Errorf("the sandbox does not own a %s namespace; refusing to serve a sandbox that is not built as declared", k.proc)
+			return nil, fmt.Errorf("the sandbox does not own a %s namespace; refusing to serve a sandbox that is not built as declared", k.name)
 		}
 	}
-	return flags, nil
+	return owned, nil
 }
 
 // died turns a setup failure into an error carrying bwrap's own words.

@@ -14,7 +14,7 @@
 // and the verifier can see them; the agent never sees the verifier.
 //
 //	daemon ─ grade.Run
-//	  └─ nsenter --target HOLDER --user --net --preserve-credentials -- /proc/self/fd/3
+//	  └─ a forked copy joins the holder's user and network namespaces (join.Cmd)
 //	       └─ "visitor": unshare(CLONE_NEWNS), binds, masks, read-only /proc and /sys,
 //	          child subreaper; waits for the leader, then kills what it left
 //	            └─ "enter" (join.Here): seccomp, bounded capabilities, the verifier's

@@ -8,17 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/memfd"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/cleanup"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
@@ -349,15 +346,6 @@ type visitorRun struct {
 // namespaces and waits for its report, killing its whole tree — all of it in
 // the substrate's pid namespace — at the timeout.
 func runVisitor(ctx context.Context, target join.Target, params visitorParams, output *os.File, timeout time.Duration) (visitorRun, error) {
-	nsenter, err := join.Nsenter()
-	if err != nil {
-		return visitorRun{}, fmt.Errorf("grade: %w", err)
-	}
-	exe, err := os.Open("/proc/self/exe")
-	if err != nil {
-		return visitorRun{}, fmt.Errorf("grade: open own executable: %w", err)
-	}
-	defer exe.Close()
 	raw, err := json.Marshal(params)
 	if err != nil {
 		return visitorRun{}, fmt.Errorf("grade: encode visitor parameters: %w", err)
@@ -373,13 +361,11 @@ func runVisitor(ctx context.Context, target join.Target, params visitorParams, o
 	}
 	defer resR.Close()
 
-	cmd := exec.Command(nsenter, "--target", strconv.Itoa(target.PID), "--user", "--net", "--preserve-credentials", "--", "/proc/self/fd/3")
-	cmd.Env = childproc.Environ(roleVisitor)
-	cmd.Dir = "/"
-	cmd.ExtraFiles = []*os.File{exe, paramsFile, output, resW}
+	cmd := target.Join([]string{"user", "net"}, roleVisitor)
+	cmd.ExtraFiles = []*os.File{paramsFile, output, resW}
 	// Its own process group, for the kill at the timeout; the verifier gets a
 	// session of its own from the enter step.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Setpgid = true
 	stderr := &tail{}
 	cmd.Stderr = stderr
 	cmd.WaitDelay = 5 * time.Second
@@ -387,7 +373,7 @@ func runVisitor(ctx context.Context, target join.Target, params visitorParams, o
 	err = cmd.Start()
 	resW.Close()
 	if err != nil {
-		return visitorRun{}, fmt.Errorf("grade: start nsenter: %w", err)
+		return visitorRun{}, fmt.Errorf("grade: start the visitor: %w", err)
 	}
 
 	var run visitorRun

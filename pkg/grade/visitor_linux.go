@@ -20,7 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/pkg/join"
 )
 
-// The visitor is a child role: nsenter puts it in the sandbox's user and
+// The visitor is a child role: join.Cmd puts it in the sandbox's user and
 // network namespaces, and it builds its own mount namespace there, starts the
 // verifier, and reports. It holds full capabilities in the sandbox's user
 // namespace until the enter step drops them for the verifier, so it runs only
@@ -28,7 +28,7 @@ import (
 
 const roleVisitor = "visitor"
 
-// Descriptors the visitor receives (fd 3 is this binary, for nsenter to exec).
+// Descriptors the visitor receives (fd 3 is this binary, see join.Cmd).
 const (
 	fdParams = 4 // visitorParams as JSON, in a memfd
 	fdOutput = 5 // test-stdout.txt: the verifier's stdout and stderr

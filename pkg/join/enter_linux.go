@@ -18,7 +18,7 @@ import (
 const (
 	roleEnter = "enter"
 	statusOK  = "ok"
-	// Descriptors the enter child receives from nsenter.
+	// Descriptors the enter child receives (see Cmd).
 	fdSelf   = 3
 	fdSpec   = 4
 	fdStatus = 5
@@ -58,21 +58,18 @@ func enter(_ []string) int {
 	}
 	unix.CloseOnExec(fdStatus)
 
+	// A session of its own, so that no terminal of the daemon's is the
+	// command's, and signals and kills reach the whole command and nothing
+	// of ours. With a terminal, that terminal becomes its controlling one.
+	if _, err := unix.Setsid(); err != nil {
+		return fail(ExitSetup, "setsid: %v", err)
+	}
 	if s.TTY {
-		if _, err := unix.Setsid(); err != nil {
-			return fail(ExitSetup, "setsid: %v", err)
-		}
 		if err := unix.IoctlSetInt(0, unix.TIOCSCTTY, 0); err != nil {
 			return fail(ExitSetup, "make the pty the controlling terminal: %v", err)
 		}
 		if err := unix.IoctlSetPointerInt(0, unix.TIOCSPGRP, unix.Getpid()); err != nil {
 			return fail(ExitSetup, "make the session the terminal's foreground group: %v", err)
-		}
-	} else if unix.Getpgrp() != unix.Getpid() {
-		// Its own process group, so that signals and kills reach the whole
-		// command and nothing of ours (already so when it leads a session).
-		if err := unix.Setpgid(0, 0); err != nil {
-			return fail(ExitSetup, "setpgid: %v", err)
 		}
 	}
 	if err := forbidUserNamespaces(); err != nil {
@@ -108,7 +105,7 @@ func enter(_ []string) int {
 		return fail(ExitSetup, "clear inheritable capabilities: %v", err)
 	}
 	// The directory is resolved here, inside the sandbox and as the user
-	// (lesson 7): never by nsenter, which would open it in the substrate.
+	// (lesson 7): never by the daemon, which would open it in the substrate.
 	if err := unix.Chdir(s.Dir); err != nil {
 		return fail(ExitSetup, "cannot use working directory %s: %v; create it or choose another with -w", s.Dir, err)
 	}

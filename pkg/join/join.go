@@ -5,18 +5,20 @@
 //
 // A session is entered in two steps:
 //
-//	nsenter --target HOLDER --user --mount --pid --uts --ipc --net [--cgroup] -- /proc/self/fd/3
+//	the daemon forks a copy of itself that joins the holder's namespaces
+//	(setns, user first; see fork_linux.go) and execs fd 3:
 //	  └─ fd 3 is this very binary (static, opened in the substrate): the "enter" child
 //	       sets the process group / controlling terminal, forbids new user
 //	       namespaces, bounds the capability set, drops to the user, changes to
 //	       the working directory *inside*, and execs the command with exactly
 //	       the environment it was given.
 //
-// Nothing between nsenter and the command is executed from the sandbox's
-// filesystem. A root agent can replace /usr/bin/setpriv or libc inside the
-// sandbox; a wrapper loaded from there would run the agent's code with full
-// capabilities in the sandbox's user namespace, which is enough to unmount
-// the masks over the harness and the verdict (lessons 39 and 54).
+// Nothing between the daemon and the command is executed from the filesystem
+// the agent can write: not nsenter, not a dynamic loader, not libc. A root
+// agent can replace /usr/bin/setpriv, libc or /etc/ld.so.preload; a helper
+// loaded from there would run the agent's code with full capabilities in the
+// sandbox's user namespace (enough to unmount the masks over the harness and
+// the verdict, lessons 39 and 54), or as the container's root.
 //
 // WARNING: security-sensitive. After any change run, as root:
 //
@@ -32,24 +34,21 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 
 	"github.com/sandboxd/sandboxd/internal/memfd"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 )
 
 // Target is a running sandbox as seen from the substrate.
 type Target struct {
 	PID        int      // the holder: pid 1 of the sandbox
-	Namespaces []string // nsenter flags, from bwrap.Holder.Namespaces
+	Namespaces []string // the namespaces it owns, by /proc/PID/ns name (bwrap.Holder.Namespaces)
 }
 
 // Spec is one process to start inside the sandbox.
@@ -110,45 +109,16 @@ type enterSpec struct {
 
 // Process is a started joined process.
 type Process struct {
-	Cmd *exec.Cmd // nsenter, in the substrate
+	Cmd *Cmd
 	// PID is the command's pid in the substrate: the leader of its own process
 	// group, the one to signal.
 	PID int
 }
 
-var (
-	selfOnce sync.Once
-	selfFile *os.File
-	selfErr  error
-)
-
-// self is this binary, opened once in the substrate.
-func self() (*os.File, error) {
-	selfOnce.Do(func() {
-		selfFile, selfErr = os.Open("/proc/self/exe")
-	})
-	return selfFile, selfErr
-}
-
-// Command prepares the nsenter process for spec. The caller sets Stdin,
-// Stdout and Stderr and calls Start on the result.
+// Command prepares spec to run inside every namespace of the sandbox. The
+// caller sets Stdin, Stdout and Stderr on the result's Cmd and calls Start.
 func (t Target) Command(s Spec) (*Starter, error) {
-	nsenter, err := Nsenter()
-	if err != nil {
-		return nil, err
-	}
-	argv := append([]string{"--target", strconv.Itoa(t.PID)}, t.Namespaces...)
-	argv = append(argv, "--", "/proc/self/fd/3")
-	st, err := enterCommand(nsenter, argv, s)
-	if err != nil {
-		return nil, err
-	}
-	// The child nsenter forks lives for a moment in the sandbox's pid
-	// namespace, where any agent can read its command line: name it
-	// "nsenter", never by the pinned copy's path in the harness dir
-	// (TestEscape_HarnessProcess).
-	st.Cmd.Args[0] = "nsenter"
-	return st, nil
+	return enterCommand(t.Join(nil, roleEnter), s)
 }
 
 // Here prepares spec to run in the caller's own namespaces, through the same
@@ -156,16 +126,12 @@ func (t Target) Command(s Spec) (*Starter, error) {
 // own mount namespace, so that the verifier drops its privileges exactly as
 // sessions do.
 func Here(s Spec) (*Starter, error) {
-	return enterCommand("/proc/self/fd/3", nil, s)
+	return enterCommand(Target{}.Join([]string{}, roleEnter), s)
 }
 
-func enterCommand(path string, args []string, s Spec) (*Starter, error) {
+func enterCommand(cmd *Cmd, s Spec) (*Starter, error) {
 	if len(s.Argv) == 0 {
 		return nil, &SetupError{Code: ExitSetup, Msg: "no command given: name the program to run"}
-	}
-	exe, err := self()
-	if err != nil {
-		return nil, fmt.Errorf("open own executable: %w", err)
 	}
 	caps := s.Caps
 	if caps == nil {
@@ -191,38 +157,32 @@ func enterCommand(path string, args []string, s Spec) (*Starter, error) {
 		specFile.Close()
 		return nil, fmt.Errorf("status pipe: %w", err)
 	}
-	cmd := exec.Command(path, args...)
-	cmd.Env = childproc.Environ(roleEnter)
-	cmd.Dir = "/"
-	cmd.ExtraFiles = []*os.File{exe, specFile, statusW}
-	// The joined process gets a session of its own and no controlling
-	// terminal; the command takes the terminal inside (see enter).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// The enter step makes the session (and takes the terminal) itself.
+	cmd.ExtraFiles = []*os.File{specFile, statusW}
 	return &Starter{Cmd: cmd, spec: specFile, statusR: statusR, statusW: statusW}, nil
 }
 
 // Starter is a prepared joined process.
 type Starter struct {
-	Cmd     *exec.Cmd
+	Cmd     *Cmd
 	spec    *os.File
 	statusR *os.File
 	statusW *os.File
 }
 
-// Start starts nsenter and waits until the command has been exec'd or has
-// failed to start. A failure is a *SetupError with the reason; the caller
-// must still Wait on Cmd.
+// Start starts the enter step and waits until the command has been exec'd
+// or has failed to start. A failure is a *SetupError with the reason; the
+// caller must still Wait on Cmd.
 func (s *Starter) Start() (*Process, error) {
 	err := s.Cmd.Start()
 	s.spec.Close()
 	s.statusW.Close()
 	defer s.statusR.Close()
 	if err != nil {
-		return nil, fmt.Errorf("start nsenter: %w", err)
+		return nil, err
 	}
-	// nsenter's own process keeps a copy of the status pipe for as long as it
-	// waits, so EOF cannot mean success: the enter child writes "ok" right
-	// before exec, or a code and the reason when setup failed.
+	// The enter step writes "ok" right before its exec, or a code and the
+	// reason when setup failed; EOF alone means it died on the way.
 	line, err := bufio.NewReader(io.LimitReader(s.statusR, 64<<10)).ReadString('\n')
 	switch {
 	case line == statusOK+"\n":
@@ -231,16 +191,7 @@ func (s *Starter) Start() (*Process, error) {
 	default:
 		return nil, &SetupError{Code: ExitSetup, Msg: fmt.Sprintf("could not enter the sandbox (%v): it may have ended; see sandboxd status", err)}
 	}
-	p := &Process{Cmd: s.Cmd}
-	p.PID = s.Cmd.Process.Pid
-	if filepath.Base(s.Cmd.Path) == "nsenter" {
-		p.PID = childOf(p.PID) // nsenter forks the process that becomes the command
-	}
-	if p.PID == 0 {
-		// The command already ended and was reaped by nsenter.
-		p.PID = -1
-	}
-	return p, nil
+	return &Process{Cmd: s.Cmd, PID: s.Cmd.Process.Pid}, nil
 }
 
 func decodeStatus(msg []byte) error {
@@ -252,25 +203,6 @@ func decodeStatus(msg []byte) error {
 	return &SetupError{Code: n, Msg: strings.TrimSpace(string(text))}
 }
 
-// childOf finds nsenter's forked child, which became the command.
-func childOf(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-	if err == nil {
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			n, _ := strconv.Atoi(f[0])
-			return n
-		}
-		return 0
-	}
-	// Kernels without CONFIG_PROC_CHILDREN: scan for the parent link.
-	for _, p := range allPIDs() {
-		if ppid, ok := parentOf(p); ok && ppid == pid {
-			return p
-		}
-	}
-	return 0
-}
-
 // Signal sends sig to the command's process group.
 func (p *Process) Signal(sig syscall.Signal) error {
 	if p.PID <= 0 {
@@ -279,8 +211,8 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	return unix.Kill(-p.PID, sig)
 }
 
-// ExitStatus converts nsenter's wait result into the command's status: nsenter
-// exits with the command's code, or kills itself with the command's signal.
+// ExitStatus converts Cmd.Wait's result into the command's exit code (128+N
+// for a signal), the signal, and whether err was an exit status at all.
 func ExitStatus(err error) (code int, signal syscall.Signal, ok bool) {
 	if err == nil {
 		return 0, 0, true

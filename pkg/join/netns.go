@@ -8,8 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
-	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -83,10 +81,6 @@ func (t Target) Dial(ctx context.Context, addr netip.AddrPort) (net.Conn, error)
 }
 
 func (t Target) netnsCall(ctx context.Context, args []string, n int) ([]*os.File, []string, error) {
-	exe, err := self()
-	if err != nil {
-		return nil, nil, fmt.Errorf("open own executable: %w", err)
-	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("socketpair: %w", err)
@@ -95,15 +89,8 @@ func (t Target) netnsCall(ctx context.Context, args []string, n int) ([]*os.File
 	theirs := os.NewFile(uintptr(pair[1]), "netns-child")
 	defer ours.Close()
 
-	nsArgs := []string{"--target", strconv.Itoa(t.PID), "--user", "--net", "--preserve-credentials", "--", "/proc/self/fd/3"}
-	nsenter, err := Nsenter()
-	if err != nil {
-		return nil, nil, err
-	}
-	cmd := exec.CommandContext(ctx, nsenter, append(nsArgs, args...)...)
-	cmd.Env = childproc.Environ(roleNetns)
-	cmd.Dir = "/"
-	cmd.ExtraFiles = []*os.File{exe, theirs}
+	cmd := t.Join([]string{"user", "net"}, roleNetns, args...)
+	cmd.ExtraFiles = []*os.File{theirs}
 	var stderr tail
 	cmd.Stderr = &stderr
 	err = cmd.Start()
@@ -111,6 +98,8 @@ func (t Target) netnsCall(ctx context.Context, args []string, n int) ([]*os.File
 	if err != nil {
 		return nil, nil, fmt.Errorf("start netns helper: %w", err)
 	}
+	stop := context.AfterFunc(ctx, func() { cmd.Process.Kill() })
+	defer stop()
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, unix.CmsgSpace(4*n))
 	nr, noob, _, _, rerr := unix.Recvmsg(int(ours.Fd()), buf, oob, 0)

@@ -95,9 +95,4 @@ func (p *Process) KillTree() {
 	for pid := range stopped {
 		unix.Kill(pid, syscall.SIGKILL)
 	}
-	// nsenter mirrors its child's stops: it stopped itself when the leader
-	// was frozen, and must run again to collect the leader's death.
-	if p.Cmd != nil && p.Cmd.Process != nil {
-		p.Cmd.Process.Signal(syscall.SIGCONT)
-	}
 }

@@ -12,7 +12,7 @@
 //     reader slows the command down instead of growing memory (22).
 //   - Wait returns the exit status only after every byte of output has been
 //     handed to the writers, so a caller can send exit-status before EOF (23).
-//   - nsenter is reaped by its own exec.Cmd, never by a reaper (24).
+//   - the command is reaped by its own join.Cmd, never by a reaper (24).
 //   - Closing the client's stdin closes the command's stdin, for pipes (25).
 //     For a pty the client's EOF is ignored, as sshd does: the terminal stays
 //     open and a ^D typed by the user is what ends a shell.
@@ -31,7 +31,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -124,7 +123,7 @@ var ErrNoPTY = errors.New("the session has no terminal")
 // Session is one started command and the goroutines relaying its streams.
 type Session struct {
 	cfg  Config
-	cmd  *exec.Cmd
+	cmd  *join.Cmd
 	proc *join.Process
 	pty  *pty
 
@@ -241,7 +240,7 @@ func Start(cfg Config) (*Session, error) {
 	closeAll(childEnds)
 	if err != nil {
 		closeAll(ourEnds)
-		// nsenter is our child either way; reap it here, by its pid (24).
+		// A started command is our child either way; reap it here, by its pid (24).
 		starter.Cmd.Wait()
 		return nil, err
 	}
@@ -389,7 +388,7 @@ func (s *Session) relayIn(r io.Reader) {
 	}
 }
 
-// waitExit reaps nsenter, lets the output drain, and publishes the status.
+// waitExit reaps the command, lets the output drain, and publishes the status.
 func (s *Session) waitExit() {
 	werr := s.cmd.Wait()
 	exit := Exit{}

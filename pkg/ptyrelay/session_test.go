@@ -374,7 +374,7 @@ func TestLesson43_BackgroundOutlivesItsSession(t *testing.T) {
 }
 
 // TestLesson24_OrphansNeverReachTheDaemon pins what makes the daemon's PID-1
-// reaper safe: a session's nsenter is reaped by its own exec.Cmd, and
+// reaper safe: a session's command is reaped by its own join.Cmd, and
 // whatever a session orphans is re-parented inside the sandbox, to its pid 1,
 // never to the daemon. So a reaper that only reaps processes it did not
 // start (a separate init process, or one that skips known children) can

@@ -1,0 +1,102 @@
+package join_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
+	"github.com/sandboxd/sandboxd/pkg/bwrap"
+	"github.com/sandboxd/sandboxd/pkg/join"
+)
+
+// roleDescribe prints what a joined process is: the file it runs, its
+// namespaces, its process group and session.
+const roleDescribe = "join-test-describe"
+
+func init() {
+	childproc.Add(roleDescribe, func([]string) int {
+		exe, _ := os.Readlink("/proc/self/exe")
+		fmt.Printf("exe %s\n", exe)
+		for _, ns := range []string{"user", "mnt", "pid", "net", "uts", "ipc", "cgroup"} {
+			l, _ := os.Readlink("/proc/self/ns/" + ns)
+			fmt.Printf("ns %s\n", l)
+		}
+		// Its pid as the sandbox sees it: 1 is the holder, so anything in
+		// the sandbox's pid namespace is small and not 1.
+		fmt.Printf("pid %d\n", os.Getpid())
+		return 0
+	})
+}
+
+func describe(t *testing.T, cmd *join.Cmd) (out string, pid int) {
+	t.Helper()
+	var b bytes.Buffer
+	cmd.Stdout = &b
+	require.NoError(t, cmd.Start())
+	pid = cmd.Process.Pid
+	require.NoError(t, cmd.Wait())
+	return b.String(), pid
+}
+
+// assertNamespaces checks that out reports pid's namespaces of these kinds.
+func assertNamespaces(t *testing.T, out string, pid int, kinds ...string) {
+	t.Helper()
+	for _, ns := range kinds {
+		l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, ns))
+		require.NoError(t, err)
+		assert.Contains(t, out, "ns "+l+"\n")
+	}
+}
+
+// Lesson 58 and the dynamic-helper escape: a joined process is this binary,
+// run from the sealed copy pinned at start, in exactly the holder's
+// namespaces, and the daemon's own child. No nsenter, no loader, no library
+// from the filesystem the agent shares is involved.
+func TestJoinedProcessIsThePinnedBinaryInTheHoldersNamespaces(t *testing.T) {
+	sb := sandboxtest.Start(t, bwrap.Config{})
+	require.NoError(t, join.Pin())
+
+	out, pid := describe(t, sb.Target.Join(nil, roleDescribe))
+	assert.Contains(t, out, "exe /memfd:sandboxd (deleted)\n", "runs the pinned copy")
+	assertNamespaces(t, out, sb.Holder.PID, "user", "mnt", "pid", "net", "uts", "ipc", "cgroup")
+	assert.NotContains(t, out, "pid 1\n")
+	assert.NotContains(t, out, fmt.Sprintf("pid %d\n", pid), "it sees itself with a pid of the sandbox's pid namespace")
+
+	// The visitor's and the listeners' way in: user and network only.
+	out, _ = describe(t, sb.Target.Join([]string{"user", "net"}, roleDescribe))
+	assertNamespaces(t, out, sb.Holder.PID, "user", "net")
+	assertNamespaces(t, out, os.Getpid(), "mnt", "pid")
+}
+
+// A sandbox that is gone is a clear setup error, never a process in the
+// daemon's own namespaces.
+func TestJoinAFinishedSandboxFailsClearly(t *testing.T) {
+	sb := sandboxtest.Start(t, bwrap.Config{})
+	target := sb.Target
+	sb.Holder.Kill()
+	<-sb.Holder.Done()
+	err := target.Join(nil, roleDescribe).Start()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "namespace")
+
+	err = join.Target{PID: os.Getpid(), Namespaces: []string{"bogus"}}.Join(nil, roleDescribe).Start()
+	require.ErrorContains(t, err, `unknown namespace "bogus"`)
+}
+
+// Output written before exit is all there, and the exit status is the
+// command's own, through every way a joined process's output is taken.
+func TestJoinedOutputAndStatus(t *testing.T) {
+	sb := sandboxtest.Start(t, bwrap.Config{})
+	r := sb.Sh(t, "0", "head -c 3000000 /dev/zero | tr '\\0' x; echo; echo err >&2; exit 42")
+	assert.Equal(t, 42, r.Code)
+	assert.Equal(t, 3000001, len(r.Stdout))
+	assert.Equal(t, "err\n", r.Stderr)
+	r = sb.Sh(t, "0", "kill -TERM $$")
+	assert.Equal(t, 128+15, r.Code)
+}
