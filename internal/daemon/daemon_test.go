@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -67,8 +68,13 @@ func serveForTest(t *testing.T, cfg Config) *served {
 	require.NoError(t, err)
 	s := &served{harness: cfg.HarnessDir, client: control.Client{HarnessDir: cfg.HarnessDir}, cancel: cancel, done: make(chan error, 1), d: d}
 	go func() { s.done <- d.serve(ctx) }()
+	// Connectable, not merely present: the socket file exists from bind(2),
+	// a moment before listen(2).
 	require.Eventually(t, func() bool {
-		_, err := os.Stat(control.Socket(cfg.HarnessDir))
+		c, err := net.Dial("unix", control.Socket(cfg.HarnessDir))
+		if err == nil {
+			c.Close()
+		}
 		return err == nil
 	}, 5*time.Second, 5*time.Millisecond)
 	t.Cleanup(func() {

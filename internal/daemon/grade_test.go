@@ -165,7 +165,7 @@ retries = 2
 // The verifier resolves the task's peers by the names the agent uses.
 func TestVerifierResolvesPeerNames(t *testing.T) {
 	port := upstream(t, "from the peer")
-	dir := taskDir(t, "", `getent hosts sidecar > /logs/verifier/hosts; curl -sS --max-time 5 --noproxy '*' http://sidecar:8099/ > /logs/verifier/body; echo 1 > /logs/verifier/reward.txt`)
+	dir := taskDir(t, "", `getent hosts sidecar > /logs/verifier/hosts; bash -c 'exec 3<>/dev/tcp/sidecar/8099 && printf "GET / HTTP/1.0\\r\\nHost: sidecar\\r\\n\\r\\n" >&3 && timeout 5 cat <&3' | sed '1,/^\r$/d' > /logs/verifier/body; echo 1 > /logs/verifier/reward.txt`)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "sandboxd.toml"), []byte(fmt.Sprintf("[[peers]]\nname = \"sidecar\"\nport = 8099\ntarget = \"127.0.0.1:%d\"\n", port)), 0o644))
 	s := serveTask(t, dir, Config{})
 	v := gradeNow(t, s)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/memfd"
@@ -366,6 +367,10 @@ func runVisitor(ctx context.Context, target join.Target, params visitorParams, o
 	// Its own process group, for the kill at the timeout; the verifier gets a
 	// session of its own from the enter step.
 	cmd.Setpgid = true
+	// A verifier in flight must not outlive a daemon that was killed: the
+	// visitor ends its tree on SIGTERM (a container's PID 1 takes its whole
+	// pid namespace with it; a daemon that is not PID 1 needs this).
+	cmd.Pdeathsig = syscall.SIGTERM
 	stderr := &tail{}
 	cmd.Stderr = stderr
 	cmd.WaitDelay = 5 * time.Second

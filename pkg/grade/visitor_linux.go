@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime"
 	"sort"
 	"strconv"
@@ -115,6 +116,16 @@ func visitor(_ []string) int {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return report(visitorResult{Setup: fmt.Sprintf("become a child subreaper: %v", err)})
 	}
+	// SIGTERM is our parent-death signal (see runVisitor): if the daemon
+	// dies while the verifier runs, its whole tree ends with us rather than
+	// run on in the substrate.
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	go func() {
+		<-term
+		killLeftovers()
+		os.Exit(128 + int(syscall.SIGTERM))
+	}()
 	return report(runVerifier(p.Spec))
 }
 

@@ -33,6 +33,8 @@ type Cmd struct {
 	ExtraFiles []*os.File
 	// Setsid gives the child a session of its own; Setpgid, a process group.
 	Setsid, Setpgid bool
+	// Pdeathsig is sent to the child if the daemon dies first.
+	Pdeathsig syscall.Signal
 	// WaitDelay bounds how long Wait waits, after the process has exited,
 	// for Stdout and Stderr to be copied (a grandchild may hold the pipe).
 	WaitDelay time.Duration
@@ -83,7 +85,7 @@ func (c *Cmd) Start() error {
 	if err != nil {
 		return fmt.Errorf("open own executable: %w", err)
 	}
-	plan := &forkPlan{exe: 3, setsid: c.Setsid, setpgid: c.Setpgid, record: new([2]int32)}
+	plan := &forkPlan{exe: 3, setsid: c.Setsid, setpgid: c.Setpgid, pdeathsig: c.Pdeathsig, parent: os.Getpid(), record: new([2]int32)}
 
 	for _, kind := range joinOrder {
 		if !slices.Contains(c.namespaces, kind) {

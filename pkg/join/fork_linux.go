@@ -40,15 +40,17 @@ func runtime_AfterForkInChild()
 // forkPlan is everything the forked copy needs, prepared before the fork so
 // that the copy allocates nothing.
 type forkPlan struct {
-	namespaces []int     // descriptors of /proc/HOLDER/ns/*, joined in order
-	pidNS      bool      // one of them is the pid namespace: fork again
-	files      []int     // the child's descriptor i is files[i]
-	exe        int       // the child's descriptor holding the binary to exec
-	argv, envv []*byte   // NUL-terminated, nil-terminated
-	setsid     bool      // a session of its own
-	setpgid    bool      // a process group of its own
-	report     int       // write end of the report pipe (close-on-exec)
-	record     *[2]int32 // what the copy writes on the report pipe
+	namespaces []int          // descriptors of /proc/HOLDER/ns/*, joined in order
+	pidNS      bool           // one of them is the pid namespace: fork again
+	files      []int          // the child's descriptor i is files[i]
+	exe        int            // the child's descriptor holding the binary to exec
+	argv, envv []*byte        // NUL-terminated, nil-terminated
+	setsid     bool           // a session of its own
+	setpgid    bool           // a process group of its own
+	pdeathsig  syscall.Signal // sent to the child when the daemon's forking thread ends
+	parent     int            // the daemon's pid, to see that it is still there
+	report     int            // write end of the report pipe (close-on-exec)
+	record     *[2]int32      // what the copy writes on the report pipe
 }
 
 // Stages a failure in the forked copy is reported with, as the negative
@@ -102,6 +104,17 @@ func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 
 	// The forked copy, single-threaded.
 	runtime_AfterForkInChild()
+	if p.pdeathsig != 0 {
+		if _, _, errno = syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(p.pdeathsig), 0); errno != 0 {
+			stage = stageSession
+			goto fail
+		}
+		// The daemon may have died before the signal was armed.
+		if r1, _, _ = syscall.RawSyscall(syscall.SYS_GETPPID, 0, 0, 0); int(r1) != p.parent {
+			stage = stageSession
+			goto fail
+		}
+	}
 	for i = 0; i < len(p.namespaces); i++ {
 		_, _, errno = syscall.RawSyscall(unix.SYS_SETNS, uintptr(p.namespaces[i]), 0, 0)
 		if errno != 0 {
@@ -120,7 +133,14 @@ func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 			syscall.RawSyscall(syscall.SYS_WRITE, uintptr(p.report), uintptr(unsafe.Pointer(p.record)), 8)
 			syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 0, 0, 0)
 		}
-		// The second copy: in the sandbox's pid namespace, the daemon's child.
+		// The second copy: in the sandbox's pid namespace, the daemon's
+		// child (whose pid it cannot see from there).
+		if p.pdeathsig != 0 {
+			if _, _, errno = syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(p.pdeathsig), 0); errno != 0 {
+				stage = stageSession
+				goto fail
+			}
+		}
 	}
 	if p.setsid {
 		if _, _, errno = syscall.RawSyscall(syscall.SYS_SETSID, 0, 0, 0); errno != 0 {
