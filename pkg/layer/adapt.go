@@ -369,7 +369,7 @@ func (b *builder) probe(ctx context.Context, g *Group, base *Image) (Probe, erro
 	case err != nil:
 		return Probe{}, fmt.Errorf("probe base %s: %w", g.Base.From, err)
 	case code == 126 || code == 127:
-		return Probe{}, &RefusedError{Image: g.Base.From, Reason: "it has no /bin/sh, so adapt can neither check for bwrap, nsenter and setpriv nor install them, and agent sessions would have no shell: base the image on one with a shell"}
+		return Probe{}, &RefusedError{Image: g.Base.From, Reason: "it has no /bin/sh, so adapt can neither check for bwrap nor install it, and agent sessions would have no shell: base the image on one with a shell"}
 	case code != 0:
 		return Probe{}, fmt.Errorf("probe base %s: exit status %d: %s", g.Base.From, code, strings.TrimSpace(out))
 	}
@@ -383,8 +383,8 @@ func (b *builder) probe(ctx context.Context, g *Group, base *Image) (Probe, erro
 	return p, nil
 }
 
-// tools installs bubblewrap and util-linux over base with the image's package
-// manager, as a build (so the engine's cache makes the next adapt instant).
+// tools installs bubblewrap over base with the image's package manager, as a
+// build (so the engine's cache makes the next adapt instant).
 func (b *builder) tools(ctx context.Context, g *Group, base *Image, log io.Writer) (*Image, error) {
 	dir, err := os.MkdirTemp("", "sandboxd-adapt-tools-")
 	if err != nil {
@@ -395,7 +395,7 @@ func (b *builder) tools(ctx context.Context, g *Group, base *Image, log io.Write
 	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); err != nil {
 		return nil, fmt.Errorf("group %s: %w", g.Name, err)
 	}
-	id, err := b.o.Engine.Build(ctx, BuildSpec{What: "the bubblewrap/util-linux install over " + g.Base.From, Context: dir, Dockerfile: "Dockerfile",
+	id, err := b.o.Engine.Build(ctx, BuildSpec{What: "the bubblewrap install over " + g.Base.From, Context: dir, Dockerfile: "Dockerfile",
 		Args: map[string]string{"BASE": base.ID}, Timeout: g.Base.Timeout}, log)
 	if err != nil {
 		return nil, asRefusal(g, err)

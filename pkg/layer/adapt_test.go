@@ -86,7 +86,11 @@ func TestAdapt_Manifest(t *testing.T) {
 	g := m.Groups[0]
 	assert.Equal(t, []string{"bye", "hello"}, g.Tasks)
 	assert.Equal(t, "load", g.Assembly)
-	assert.Empty(t, g.Installed, "the base had bwrap and util-linux")
+	assert.Empty(t, g.Installed, "the base had bwrap; it lacks util-linux, which serve does not need")
+	assert.Empty(t, g.ToolsID, "no install step")
+	for _, b := range r.eng.builds {
+		assert.NotContains(t, b.What, "bubblewrap install")
+	}
 	assert.Equal(t, int64(8e6-1), g.LayerBytes, "image size over the base's")
 	assert.Equal(t, g.Digest, r.eng.images[g.Image].ID)
 
@@ -157,8 +161,10 @@ func TestAdapt_Refusals(t *testing.T) {
 		setup func(r *adaptRun)
 		want  string
 	}{
-		{"no tools, no package manager", func(r *adaptRun) { r.eng.probe = "tool bash /bin/bash\nroot\nend\n" },
-			"base environment/Dockerfile: the image lacks bwrap, nsenter, setpriv, unshare and has no package manager (apt-get, apk, dnf, microdnf, yum) to install bubblewrap and util-linux"},
+		{"no bwrap, no package manager", func(r *adaptRun) {
+			r.eng.probe = "tool bash /bin/bash\ntool nsenter /usr/bin/nsenter\ntool setpriv /usr/bin/setpriv\ntool unshare /usr/bin/unshare\nroot\nend\n"
+		},
+			"base environment/Dockerfile: the image lacks bwrap and has no package manager (apt-get, apk, dnf, microdnf, yum) to install bubblewrap: add bubblewrap to the image (environment/Dockerfile)"},
 		{"no shell", func(r *adaptRun) {
 			r.eng.probeCode = 127
 			r.eng.probe = "exec: \"/bin/sh\": stat /bin/sh: no such file or directory"
@@ -170,9 +176,9 @@ func TestAdapt_Refusals(t *testing.T) {
 			r.eng.failBuild = map[string]*BuildError{"environment/Dockerfile": {What: "environment/Dockerfile of t", Tail: []string{"Step 2/2 : RUN false", "returned a non-zero code: 1"}, Err: io.ErrUnexpectedEOF}}
 		}, "build of environment/Dockerfile of t failed: unexpected EOF; its last 2 lines:\n    Step 2/2 : RUN false\n    returned a non-zero code: 1"},
 		{"the install is refused", func(r *adaptRun) {
-			r.eng.probe = "tool bwrap /usr/bin/bwrap\npm apk\nroot\nend\n"
-			r.eng.failBuild = map[string]*BuildError{"bubblewrap/util-linux": {Tail: []string{refusedMarker + "nsenter is still missing after installing util-linux"}}}
-		}, "base environment/Dockerfile: nsenter is still missing after installing util-linux"},
+			r.eng.probe = "tool nsenter /usr/bin/nsenter\npm apk\nroot\nend\n"
+			r.eng.failBuild = map[string]*BuildError{"bubblewrap install": {Tail: []string{refusedMarker + "bwrap is still missing after installing bubblewrap"}}}
+		}, "base environment/Dockerfile: bwrap is still missing after installing bubblewrap"},
 		{"docker_image absent and not pullable", func(r *adaptRun) {
 			r.task("t", with(taskFiles(""), map[string]string{"environment/Dockerfile": "", "task.toml": "schema_version = \"1.1\"\n[environment]\ndocker_image = \"ghcr.io/x/y:1\"\n"}))
 		}, "base ghcr.io/x/y:1 is not in the local engine and pulling it failed: pull access denied"},
@@ -205,7 +211,7 @@ func TestAdapt_InstallsMissingTools(t *testing.T) {
 	require.NotEmpty(t, g.ToolsID)
 	var tools *BuildSpec
 	for i, b := range r.eng.builds {
-		if strings.Contains(b.What, "bubblewrap/util-linux") {
+		if strings.Contains(b.What, "bubblewrap install") {
 			tools = &r.eng.builds[i]
 		}
 	}

@@ -95,7 +95,7 @@ type fakeEngine struct {
 	mu        sync.Mutex
 	images    map[string]*Image // by ID and by tag
 	n         int
-	probe     string // what the probe prints; default: every tool and apt-get
+	probe     string // what the probe prints; default: bwrap, bash and apt-get, no util-linux
 	probeCode int
 	failBuild map[string]*BuildError // by a substring of BuildSpec.What
 	loadErr   error
@@ -108,7 +108,7 @@ type fakeEngine struct {
 
 func newFakeEngine() *fakeEngine {
 	return &fakeEngine{images: map[string]*Image{}, partial: true, arch: runtime.GOARCH,
-		probe: "tool bwrap /usr/bin/bwrap\ntool nsenter /usr/bin/nsenter\ntool setpriv /usr/bin/setpriv\ntool unshare /usr/bin/unshare\ntool bash /bin/bash\npm apt-get\nroot\nend\n"}
+		probe: "tool bwrap /usr/bin/bwrap\ntool bash /bin/bash\npm apt-get\nroot\nend\n"}
 }
 
 func (f *fakeEngine) Name() string               { return "fake 1.0" }

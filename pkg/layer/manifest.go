@@ -82,7 +82,7 @@ type GroupEntry struct {
 	Base       string         `json:"base"`              // where the base came from
 	BaseID     string         `json:"base_id,omitempty"` // the base image adapt built or took
 	ToolsID    string         `json:"tools_id,omitempty"`
-	Installed  []string       `json:"installed,omitempty"` // packages adapt added (bubblewrap, util-linux)
+	Installed  []string       `json:"installed,omitempty"` // packages adapt added (bubblewrap)
 	Digest     string         `json:"digest,omitempty"`
 	RepoDigest string         `json:"repo_digest,omitempty"`
 	LayerBytes int64          `json:"layer_bytes,omitempty"` // what adapt added over the base

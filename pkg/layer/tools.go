@@ -8,12 +8,13 @@ import (
 
 // The programs serve needs from the image, and the packages that carry them
 // under every package manager adapt knows (design: "Building the sandbox").
-// util-linux is one package on Debian, Alpine (a meta package) and Fedora.
+// Only bwrap: the daemon joins the sandbox itself (a raw fork and setns, see
+// pkg/join), so bwrap is the one program of the image's it runs to build or
+// enter the sandbox, and util-linux (nsenter, setpriv, unshare) is neither
+// probed for nor installed ("nothing else is installed"). bubblewrap is the
+// package's name on Debian, Alpine and Fedora alike.
 var sandboxTools = []struct{ bin, pkg string }{
 	{"bwrap", "bubblewrap"},
-	{"nsenter", "util-linux"},
-	{"setpriv", "util-linux"},
-	{"unshare", "util-linux"},
 }
 
 // packageManagers in the order they are tried, with the command that installs
@@ -110,7 +111,7 @@ func noToolsReason(bins, pkgs []string) string {
 	for _, m := range packageManagers {
 		pms = append(pms, m.bin)
 	}
-	return fmt.Sprintf("the image lacks %s and has no package manager (%s) to install %s: add them to the image (environment/Dockerfile)",
+	return fmt.Sprintf("the image lacks %s and has no package manager (%s) to install %s: add %[3]s to the image (environment/Dockerfile)",
 		strings.Join(bins, ", "), strings.Join(pms, ", "), strings.Join(pkgs, " and "))
 }
 
@@ -135,7 +136,7 @@ func ensureToolsScript() string {
 		fmt.Fprintf(&b, "%s command -v %s >/dev/null 2>&1; then %s; ", kw, m.bin, m.install)
 		pms = append(pms, m.bin)
 	}
-	fmt.Fprintf(&b, `else echo "%sthe image lacks$missing and has no package manager (%s) to install$pkgs: add them to the image (environment/Dockerfile)" >&2; exit %d; fi; `,
+	fmt.Fprintf(&b, `else echo "%sthe image lacks$missing and has no package manager (%s) to install$pkgs: add$pkgs to the image (environment/Dockerfile)" >&2; exit %d; fi; `,
 		refusedMarker, strings.Join(pms, ", "), exitRefused)
 	fmt.Fprintf(&b, `for t in $missing; do command -v "$t" >/dev/null 2>&1 || { echo "%s$t is still missing after installing$pkgs" >&2; exit %d; }; done`, refusedMarker, exitRefused)
 	return b.String()

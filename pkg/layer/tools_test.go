@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -12,18 +11,28 @@ import (
 )
 
 func TestParseProbe(t *testing.T) {
-	p, err := parseProbe("tool bwrap /usr/bin/bwrap\ntool nsenter /usr/bin/nsenter\npm apk\npm apt-get\nend\n")
+	// util-linux's programs without bwrap: only bubblewrap is missing.
+	p, err := parseProbe("tool nsenter /usr/bin/nsenter\ntool setpriv /usr/bin/setpriv\ntool unshare /usr/bin/unshare\npm apk\npm apt-get\nend\n")
 	require.NoError(t, err)
 	assert.Equal(t, "apk", p.PackageManager, "the first one found")
 	assert.False(t, p.Root)
 	bins, pkgs := p.Missing()
-	assert.Equal(t, []string{"setpriv", "unshare"}, bins)
-	assert.Equal(t, []string{"util-linux"}, pkgs)
+	assert.Equal(t, []string{"bwrap"}, bins)
+	assert.Equal(t, []string{"bubblewrap"}, pkgs)
 	assert.Empty(t, p.Refusal())
 
-	p, err = parseProbe("tool bash /bin/bash\nroot\nend\n")
+	// bwrap alone is enough, even with no package manager: serve execs
+	// nothing else of the image's.
+	p, err = parseProbe("tool bwrap /usr/bin/bwrap\nend\n")
 	require.NoError(t, err)
-	assert.Equal(t, "the image lacks bwrap, nsenter, setpriv, unshare and has no package manager (apt-get, apk, dnf, microdnf, yum) to install bubblewrap and util-linux: add them to the image (environment/Dockerfile)",
+	bins, pkgs = p.Missing()
+	assert.Empty(t, bins)
+	assert.Empty(t, pkgs)
+	assert.Empty(t, p.Refusal())
+
+	p, err = parseProbe("tool bash /bin/bash\ntool nsenter /usr/bin/nsenter\nroot\nend\n")
+	require.NoError(t, err)
+	assert.Equal(t, "the image lacks bwrap and has no package manager (apt-get, apk, dnf, microdnf, yum) to install bubblewrap: add bubblewrap to the image (environment/Dockerfile)",
 		p.Refusal())
 
 	_, err = parseProbe("tool bwrap /usr/bin/bwrap\n")
@@ -42,8 +51,9 @@ func fakeRoot(t *testing.T, names ...string) (dir, calls string) {
 			script = "#!/bin/sh\n" // never the real one: the script cleans /var/lib/apt/lists
 		}
 		if n == "apt-get" {
-			// "Installing" makes the programs exist, as the real one would.
-			script += `case "$1" in install) for t in bwrap nsenter setpriv unshare; do printf '#!/bin/sh\n' >"` + dir + `/$t"; /bin/chmod +x "` + dir + `/$t"; done;; esac` + "\n"
+			// Installing bubblewrap makes bwrap exist, as the real one would;
+			// any other package brings nothing.
+			script += `case "$1" in install) for a; do if [ "$a" = bubblewrap ]; then printf '#!/bin/sh\n' >"` + dir + `/bwrap"; /bin/chmod +x "` + dir + `/bwrap"; fi; done;; esac` + "\n"
 		}
 		require.NoError(t, os.WriteFile(filepath.Join(dir, n), []byte(script), 0o755))
 	}
@@ -68,38 +78,48 @@ func runScript(t *testing.T, path, script string) (string, int) {
 }
 
 func TestEnsureToolsScript(t *testing.T) {
-	t.Run("nothing missing installs nothing", func(t *testing.T) {
-		dir, calls := fakeRoot(t, "bwrap", "nsenter", "setpriv", "unshare", "apt-get")
-		out, code := runScript(t, dir, ensureToolsScript())
-		assert.Equal(t, 0, code, out)
-		assert.NoFileExists(t, calls)
-	})
-	t.Run("bwrap missing, apt-get present", func(t *testing.T) {
-		dir, calls := fakeRoot(t, "nsenter", "setpriv", "unshare", "apt-get", "rm")
-		out, code := runScript(t, dir, ensureToolsScript())
-		assert.Equal(t, 0, code, out)
-		assert.Contains(t, out, "the image lacks bwrap; installing bubblewrap")
-		log, err := os.ReadFile(calls)
-		require.NoError(t, err)
-		assert.Equal(t, "apt-get update -qq\napt-get install -y -qq --no-install-recommends bubblewrap\napt-get clean\n", string(log),
-			"only the missing package, and the package index removed")
-	})
-	t.Run("everything missing, no package manager", func(t *testing.T) {
-		dir, _ := fakeRoot(t)
-		out, code := runScript(t, dir, ensureToolsScript())
-		assert.Equal(t, exitRefused, code)
-		assert.Contains(t, out, refusedMarker+"the image lacks bwrap nsenter setpriv unshare and has no package manager (apt-get, apk, dnf, microdnf, yum) to install bubblewrap util-linux")
-	})
-	t.Run("the package manager did not deliver", func(t *testing.T) {
-		dir, _ := fakeRoot(t, "bwrap", "nsenter", "setpriv", "apk")
-		out, code := runScript(t, dir, ensureToolsScript())
-		assert.Equal(t, exitRefused, code)
-		assert.Contains(t, out, refusedMarker+"unshare is still missing after installing util-linux")
-	})
+	tests := []struct {
+		name  string
+		stubs []string
+		code  int
+		out   string // a line the script prints; "" = none checked
+		calls string // the stubs' calls, in order; "" = none at all
+	}{
+		{name: "bwrap present installs nothing", stubs: []string{"bwrap", "nsenter", "setpriv", "unshare", "apt-get"}},
+		{name: "bwrap without util-linux installs nothing", stubs: []string{"bwrap", "apt-get"}},
+		{name: "bwrap missing, apt-get present", stubs: []string{"nsenter", "setpriv", "unshare", "apt-get", "rm"},
+			out:   "the image lacks bwrap; installing bubblewrap",
+			calls: "apt-get update -qq\napt-get install -y -qq --no-install-recommends bubblewrap\napt-get clean\n"},
+		{name: "nothing of the tools, apt-get present", stubs: []string{"apt-get", "rm"},
+			out:   "the image lacks bwrap; installing bubblewrap",
+			calls: "apt-get update -qq\napt-get install -y -qq --no-install-recommends bubblewrap\napt-get clean\n"},
+		{name: "bwrap missing, no package manager", stubs: []string{"nsenter", "setpriv", "unshare"}, code: exitRefused,
+			out: refusedMarker + "the image lacks bwrap and has no package manager (apt-get, apk, dnf, microdnf, yum) to install bubblewrap: add bubblewrap to the image (environment/Dockerfile)"},
+		{name: "the package manager did not deliver", stubs: []string{"nsenter", "setpriv", "unshare", "apk"}, code: exitRefused,
+			out:   refusedMarker + "bwrap is still missing after installing bubblewrap",
+			calls: "apk add --no-cache bubblewrap\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, calls := fakeRoot(t, tc.stubs...)
+			out, code := runScript(t, dir, ensureToolsScript())
+			assert.Equal(t, tc.code, code, out)
+			if tc.out != "" {
+				assert.Contains(t, out, tc.out)
+			}
+			if tc.calls == "" {
+				assert.NoFileExists(t, calls, "nothing installed")
+				return
+			}
+			log, err := os.ReadFile(calls)
+			require.NoError(t, err)
+			assert.Equal(t, tc.calls, string(log), "only bubblewrap, and the package index removed")
+		})
+	}
 }
 
 func TestProbeScript(t *testing.T) {
-	dir, _ := fakeRoot(t, "bwrap", "setpriv", "yum", "dnf")
+	dir, _ := fakeRoot(t, "bwrap", "nsenter", "setpriv", "unshare", "yum", "dnf")
 	out, code := runScript(t, dir, probeScript())
 	require.Equal(t, 0, code, out)
 	p, err := parseProbe(out)
@@ -107,6 +127,17 @@ func TestProbeScript(t *testing.T) {
 	assert.Equal(t, "dnf", p.PackageManager, "dnf before yum")
 	assert.Equal(t, filepath.Join(dir, "bwrap"), p.Tools["bwrap"])
 	bins, _ := p.Missing()
-	assert.Equal(t, []string{"nsenter", "unshare"}, bins)
-	assert.False(t, strings.Contains(out, "tool nsenter"))
+	assert.Empty(t, bins)
+	for _, bin := range []string{"nsenter", "setpriv", "unshare"} {
+		assert.NotContains(t, out, "tool "+bin, "serve does not need %s: the probe does not ask", bin)
+	}
+
+	dir, _ = fakeRoot(t, "nsenter", "apk")
+	out, code = runScript(t, dir, probeScript())
+	require.Equal(t, 0, code, out)
+	p, err = parseProbe(out)
+	require.NoError(t, err)
+	bins, pkgs := p.Missing()
+	assert.Equal(t, []string{"bwrap"}, bins)
+	assert.Equal(t, []string{"bubblewrap"}, pkgs)
 }
