@@ -187,5 +187,3 @@ func withTimeout[T any](d time.Duration, fn func() (T, error)) (T, error) {
 		return zero, fmt.Errorf("timed out after %s", d)
 	}
 }
-
-var _ = context.Background

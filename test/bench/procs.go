@@ -315,6 +315,39 @@ func descendants(pid int) []int {
 	return out
 }
 
+// treeCPU is the CPU time, in ms, that pid and everything below it have used
+// so far: user and system time of each live process, plus what each has
+// collected from the children it reaped. (A reaped child's time is counted
+// once, in the process that waited for it.)
+func treeCPU(pid int) float64 {
+	var ticks int64
+	for _, p := range descendants(pid) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 15 {
+			continue
+		}
+		// After the command name: state is field 3 of stat, so utime (14),
+		// stime, cutime, cstime (17) are f[11..14].
+		for _, v := range f[11:15] {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			ticks += n
+		}
+	}
+	return float64(ticks) * 1000 / clockTicks
+}
+
+// clockTicks is USER_HZ, which Linux fixes at 100 for /proc.
+const clockTicks = 100
+
 // commName is /proc/PID/comm.
 func commName(pid int) string {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))

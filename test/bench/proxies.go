@@ -12,7 +12,6 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 )
@@ -308,5 +307,3 @@ func copyFile(src, dst string, mode os.FileMode) error {
 	}
 	return out.Close()
 }
-
-var _ = strings.TrimSpace

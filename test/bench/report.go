@@ -138,6 +138,26 @@ func (b *bench) textReport() string {
 	return sb.String()
 }
 
+// targetCount counts the rows with a target, and those that met it.
+func (b *bench) targetCount() (met, total int) {
+	for _, r := range b.results {
+		if r.noTarget {
+			continue
+		}
+		total++
+		if r.met() {
+			met++
+		}
+	}
+	for _, e := range b.egress {
+		total++
+		if e.met() {
+			met++
+		}
+	}
+	return met, total
+}
+
 // missed lists the rows whose target was missed, with what profiling found.
 func (b *bench) missed() []string {
 	var out []string
@@ -211,6 +231,8 @@ func (b *bench) writeReport() error {
 	sb.WriteString(table([]string{"", ""}, rows))
 
 	sb.WriteString("\n## Results\n\n")
+	met, total := b.targetCount()
+	fmt.Fprintf(&sb, "%d of %d targets met in this run.\n\n", met, total)
 	sb.WriteString(b.mainTable())
 	sb.WriteString("\n")
 	for _, r := range b.results {

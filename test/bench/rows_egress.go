@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os/exec"
 	"strings"
 	"time"
@@ -209,5 +208,3 @@ type curve struct {
 type point struct {
 	x, p50, p99 float64
 }
-
-var _ = math.NaN
