@@ -28,6 +28,7 @@ func runServe(ctx context.Context, args []string) int {
 	var acceptEnv listFlag
 	fs.Var(&acceptEnv, "accept-env", "env request names (patterns) SSH clients may set, beyond LANG, LC_* and TERM (repeatable)")
 	sessionTimeout := fs.Duration("session-timeout", 0, "kill an SSH session's whole tree after this long (0: never)")
+	maxProcs := fs.Uint64("agent-max-procs", daemon.DefaultAgentMaxProcs, "processes a non-root agent user may have at once (RLIMIT_NPROC; 0: no limit; root is exempt by the kernel)")
 	if ok, code := parse(fs, args); !ok {
 		return code
 	}
@@ -49,6 +50,7 @@ func runServe(ctx context.Context, args []string) int {
 		AllowDegraded: *degraded,
 		Bwrap:         *bwrapPath,
 		HostMode:      *hostMode,
+		AgentMaxProcs: *maxProcs,
 		Log:           log,
 		SSH: daemon.SSH{
 			Listen:         *listen,

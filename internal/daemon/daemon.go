@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -40,6 +41,7 @@ type Config struct {
 	Workdir       string   // "" means the image's workdir, else /
 	AgentUser     string   // Docker-style user[:group]; "" is root
 	AllowDegraded bool     // accept a sandbox weaker than declared, and say so everywhere
+	AgentMaxProcs uint64   // RLIMIT_NPROC of a non-root agent user; 0: none
 	HostMode      bool     // no container around us: mask the host's sockets too
 	Bwrap         string   // bwrap binary; "" is bwrap on PATH
 	ImageEnv      []string // the image's ENV; PATH defaults to Docker's
@@ -68,8 +70,11 @@ type Daemon struct {
 	cfg    Config
 	log    *slog.Logger
 	holder *bwrap.Holder
-	target join.Target
-	agent  idmap.User
+	limits limits
+	// reserved is the room set aside for grading now (reserve.go).
+	reserved atomic.Int64
+	target   join.Target
+	agent    idmap.User
 
 	started  time.Time
 	stop     context.CancelFunc
@@ -127,6 +132,7 @@ type Status struct {
 	Sandbox      sandboxSt  `json:"sandbox"`
 	Degradations []string   `json:"degradations"`
 	Sessions     []session  `json:"sessions"`
+	Limits       limits     `json:"limits"`
 	Uptime       float64    `json:"uptime_sec"`
 }
 
@@ -278,7 +284,9 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 	cu.Add(holder.Kill)
 	d.holder = holder
 	d.warnings = warnings
-	d.target = join.Target{PID: holder.PID, Namespaces: holder.Namespaces}
+	d.target = join.Target{PID: holder.PID, Namespaces: holder.Namespaces,
+		Limits: join.Limits{OOMScoreAdj: sessionOOMScoreAdj, MaxProcs: cfg.AgentMaxProcs}}
+	d.limits = d.applyLimits()
 	cu.Release()
 	d.lockFile = lock
 	return d, nil
@@ -510,6 +518,7 @@ func (d *Daemon) Status() Status {
 		},
 		Degradations: deg,
 		Sessions:     sessions,
+		Limits:       d.statusLimits(),
 		Uptime:       time.Since(d.started).Seconds(),
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -355,4 +356,30 @@ func TestExecWithTerminal(t *testing.T) {
 	require.NoError(t, r.err)
 	require.Equal(t, 0, r.exit.Code, r.stdout)
 	assert.Regexp(t, `^/dev/pts/\d+\r\n30 100\r\nxterm\r\nstdin-is-tty\r\n$`, r.stdout)
+}
+
+// Issue 7's limits where no cgroup can be had: a non-root agent's processes
+// are bounded by RLIMIT_NPROC, every agent process is first for the OOM
+// killer, and status says what holds.
+func TestAgentLimitsWithoutCgroups(t *testing.T) {
+	s := serveForTest(t, Config{AgentUser: "4321:4321", AgentMaxProcs: 40})
+	r := s.sh(t, "awk '/^Max processes/ {print $3, $4}' /proc/self/limits; cat /proc/self/oom_score_adj")
+	require.Equal(t, 0, r.exit.Code, r.stderr)
+	assert.Equal(t, "40 40\n500\n", r.stdout)
+
+	// A fork bomb in miniature: past 40 processes of its uid, fork fails.
+	// dash gives up on the first fork that fails, with status 2.
+	r = s.sh(t, `for i in $(seq 60); do sleep 30 & done`)
+	assert.Equal(t, 2, r.exit.Code, "a fork failed: %s", r.stderr)
+	out, _ := exec.Command("pgrep", "-u", "4321", "-c", "-x", "sleep").Output()
+	exec.Command("pkill", "-u", "4321", "-x", "sleep").Run()
+	running, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	assert.Greater(t, running, 0, "the agent's sleeps started")
+	assert.Less(t, running, 40, "RLIMIT_NPROC stopped the non-root agent at 40 processes")
+
+	st := s.d.Status()
+	assert.Equal(t, uint64(40), st.Limits.AgentMaxProcs)
+	assert.Equal(t, 500, st.Limits.SessionOOMScoreAdj)
+	assert.Less(t, st.Limits.DaemonOOMScoreAdj, 500)
+	assert.NotEmpty(t, st.Limits.Cgroup)
 }

@@ -36,11 +36,13 @@ func (d *Daemon) reserveGradeSpace() {
 		d.log.Warn("set aside room for grading", "bytes", size, "err", err)
 		return
 	}
+	d.reserved.Store(size)
 	d.log.Debug("room set aside for grading", "bytes", size)
 }
 
 // releaseGradeSpace frees the room set aside for a grading.
 func (d *Daemon) releaseGradeSpace() {
+	d.reserved.Store(0)
 	if err := os.Remove(d.harnessPath("run", "grade.reserve")); err != nil && !os.IsNotExist(err) {
 		d.log.Warn("free the room set aside for grading", "err", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"unsafe"
 
@@ -77,6 +78,17 @@ func enter(_ []string) int {
 	}
 	if err := boundCaps(s.Caps); err != nil {
 		return fail(ExitSetup, "bound capabilities: %v", err)
+	}
+	if s.Limits.OOMScoreAdj != 0 {
+		if err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(s.Limits.OOMScoreAdj)), 0); err != nil {
+			return fail(ExitSetup, "set oom_score_adj: %v", err)
+		}
+	}
+	if s.Limits.MaxProcs > 0 && s.UID != 0 {
+		lim := unix.Rlimit{Cur: s.Limits.MaxProcs, Max: s.Limits.MaxProcs}
+		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
+			return fail(ExitSetup, "set the process limit: %v", err)
+		}
 	}
 	// Per-thread system calls, not syscall.Setgroups/Setresgid/Setresuid:
 	// Go makes those all-threads calls (stop the world, signal every thread

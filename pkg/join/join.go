@@ -49,6 +49,20 @@ import (
 type Target struct {
 	PID        int      // the holder: pid 1 of the sandbox
 	Namespaces []string // the namespaces it owns, by /proc/PID/ns name (bwrap.Holder.Namespaces)
+	// Limits apply to every process started by Command: the agent's side.
+	Limits Limits
+}
+
+// Limits bound the agent's processes where no cgroup can be had (a plain
+// Docker container's cgroups are read-only inside), so that a fork bomb or
+// a memory blow-up takes the agent down before the daemon.
+type Limits struct {
+	// OOMScoreAdj makes the kernel's OOM killer pick the agent's processes
+	// first (raising one's own score needs no privilege).
+	OOMScoreAdj int
+	// MaxProcs is RLIMIT_NPROC for a non-root agent user: the processes its
+	// uid may have at once. The kernel exempts root from it.
+	MaxProcs uint64
 }
 
 // Spec is one process to start inside the sandbox.
@@ -105,6 +119,7 @@ type enterSpec struct {
 	Path   string   `json:"path,omitempty"`
 	TTY    bool     `json:"tty"`
 	Caps   []string `json:"caps"`
+	Limits Limits   `json:"limits"`
 }
 
 // Process is a started joined process.
@@ -118,7 +133,7 @@ type Process struct {
 // Command prepares spec to run inside every namespace of the sandbox. The
 // caller sets Stdin, Stdout and Stderr on the result's Cmd and calls Start.
 func (t Target) Command(s Spec) (*Starter, error) {
-	return enterCommand(t.Join(nil, roleEnter), s)
+	return enterCommand(t.Join(nil, roleEnter), s, t.Limits)
 }
 
 // Here prepares spec to run in the caller's own namespaces, through the same
@@ -126,10 +141,10 @@ func (t Target) Command(s Spec) (*Starter, error) {
 // own mount namespace, so that the verifier drops its privileges exactly as
 // sessions do.
 func Here(s Spec) (*Starter, error) {
-	return enterCommand(Target{}.Join([]string{}, roleEnter), s)
+	return enterCommand(Target{}.Join([]string{}, roleEnter), s, Limits{})
 }
 
-func enterCommand(cmd *Cmd, s Spec) (*Starter, error) {
+func enterCommand(cmd *Cmd, s Spec, limits Limits) (*Starter, error) {
 	if len(s.Argv) == 0 {
 		return nil, &SetupError{Code: ExitSetup, Msg: "no command given: name the program to run"}
 	}
@@ -143,7 +158,7 @@ func enterCommand(cmd *Cmd, s Spec) (*Starter, error) {
 	}
 	spec, err := json.Marshal(enterSpec{
 		UID: s.User.UID, GID: s.User.GID, Groups: s.User.Groups,
-		Env: s.Env, Dir: dir, Argv: s.Argv, Path: s.Path, TTY: s.TTY, Caps: caps,
+		Env: s.Env, Dir: dir, Argv: s.Argv, Path: s.Path, TTY: s.TTY, Caps: caps, Limits: limits,
 	})
 	if err != nil {
 		return nil, err
