@@ -17,7 +17,7 @@
 //	  └─ a forked copy joins the holder's user and network namespaces (join.Cmd)
 //	       └─ "visitor": unshare(CLONE_NEWNS), binds, masks, read-only /proc and /sys,
 //	          child subreaper; waits for the leader, then kills what it left
-//	            └─ "enter" (join.Here): seccomp, bounded capabilities, the verifier's
+//	            └─ the enter step (join.Here): seccomp, bounded capabilities, the verifier's
 //	               user, the workdir, the exact environment
 //	                 └─ /tests/test.sh  > /logs/verifier/test-stdout.txt 2>&1 </dev/null
 //

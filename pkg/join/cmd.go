@@ -23,7 +23,7 @@ import (
 // the small part of exec.Cmd the daemon needs, started by forkJoined.
 //
 // The child's descriptors are stdin, stdout and stderr, then this binary at
-// descriptor 3 (a role that starts the enter step again execs it from
+// descriptor 3 (a role that starts another joined process execs it from
 // there), then ExtraFiles from 4 on.
 type Cmd struct {
 	Stdin  io.Reader // nil: /dev/null
@@ -48,6 +48,7 @@ type Cmd struct {
 	namespaces []string
 	role       string
 	args       []string
+	enter      *enterPlan // instead of a role: become the agent's command
 
 	closeAfterStart []io.Closer
 	closeAfterWait  []io.Closer
@@ -81,11 +82,14 @@ func (c *Cmd) Start() error {
 	}
 	// (A closure: the list grows below.)
 	defer func() { closeAll(c.closeAfterStart) }()
-	exe, err := self()
-	if err != nil {
-		return fmt.Errorf("open own executable: %w", err)
+	var exe *os.File
+	if c.enter == nil {
+		var err error
+		if exe, err = self(); err != nil {
+			return fmt.Errorf("open own executable: %w", err)
+		}
 	}
-	plan := &forkPlan{exe: 3, setsid: c.Setsid, setpgid: c.Setpgid, pdeathsig: c.Pdeathsig, parent: os.Getpid(), record: new([2]int32)}
+	plan := &forkPlan{exe: 3, setsid: c.Setsid, setpgid: c.Setpgid, pdeathsig: c.Pdeathsig, parent: os.Getpid(), record: new([2]int32), enter: c.enter}
 
 	for _, kind := range joinOrder {
 		if !slices.Contains(c.namespaces, kind) {
@@ -113,15 +117,17 @@ func (c *Cmd) Start() error {
 	for _, f := range stdio {
 		plan.files = append(plan.files, int(f.Fd()))
 	}
-	plan.files = append(plan.files, int(exe.Fd()))
-	for _, f := range c.ExtraFiles {
-		plan.files = append(plan.files, int(f.Fd()))
-	}
-	if plan.argv, err = syscall.SlicePtrFromStrings(append([]string{"sandboxd-" + c.role}, c.args...)); err != nil {
-		return err
-	}
-	if plan.envv, err = syscall.SlicePtrFromStrings(childproc.Environ(c.role)); err != nil {
-		return err
+	if c.enter == nil {
+		plan.files = append(plan.files, int(exe.Fd()))
+		for _, f := range c.ExtraFiles {
+			plan.files = append(plan.files, int(f.Fd()))
+		}
+		if plan.argv, err = syscall.SlicePtrFromStrings(append([]string{"sandboxd-" + c.role}, c.args...)); err != nil {
+			return err
+		}
+		if plan.envv, err = syscall.SlicePtrFromStrings(childproc.Environ(c.role)); err != nil {
+			return err
+		}
 	}
 	var report [2]int
 	if err := unix.Pipe2(report[:], unix.O_CLOEXEC); err != nil {
@@ -173,6 +179,9 @@ func (c *Cmd) Start() error {
 			unix.Wait4(cmdPID, &ws, 0, nil)
 		}
 		closeAll(c.closeAfterWait)
+		if c.enter != nil && (stage == stageExec || stage >= stageTerminal) {
+			return c.enter.failure(stage, failErr)
+		}
 		return &SetupError{Code: ExitSetup, Msg: forkFailure(stage, failErr)}
 	}
 	c.Process, err = os.FindProcess(cmdPID)

@@ -1,244 +1,210 @@
 package join
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"unsafe"
+	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/sandboxd/sandboxd/internal/childproc"
 )
 
-const (
-	roleEnter = "enter"
-	statusOK  = "ok"
-	// Descriptors the enter child receives (see Cmd).
-	fdSelf   = 3
-	fdSpec   = 4
-	fdStatus = 5
-)
-
-func init() { childproc.Add(roleEnter, enter) }
-
-// enter runs inside every namespace of the sandbox, as root of its user
-// namespace with every capability there, and turns itself into the command.
-// Every per-thread attribute (bounding set, seccomp filter, credentials) is
-// set on the thread that execs, which stays locked.
+// The enter step: what turns a process joined into the sandbox's namespaces
+// into the agent's command. It runs in the forked copy (fork_linux.go), as
+// root of the sandbox's user namespace with every capability there, with raw
+// system calls only, in this order:
+//
+//   - a session of its own; with a terminal, that terminal becomes its
+//     controlling one and the session its foreground group;
+//   - a seccomp filter that refuses new user namespaces;
+//   - the bounding set cut to the session's capabilities;
+//   - the agent's limits (oom_score_adj, RLIMIT_NPROC for a non-root user);
+//   - supplementary groups, gid, uid; inheritable and ambient sets cleared;
+//   - the working directory, resolved inside the sandbox as the user
+//     (lesson 7), never by the daemon, which would open it in the substrate;
+//   - a session keyring of its own;
+//   - execve of each PATH candidate in turn, as execvp does, with exactly
+//     the environment given.
+//
+// Everything it needs is prepared here, in the daemon, before the fork.
 //
 // Security-sensitive: after any change run, as root,
-// go test ./pkg/join/ ./internal/daemon/ -run 'Lesson|Escape|NonRoot|User'.
-func enter(_ []string) int {
-	runtime.LockOSThread()
-	status := os.NewFile(fdStatus, "status")
-	fail := func(code int, format string, args ...any) int {
-		fmt.Fprintf(status, "%d %s\n", code, fmt.Sprintf(format, args...))
-		return code
-	}
-	var s enterSpec
-	raw, err := io.ReadAll(os.NewFile(fdSpec, "spec"))
-	if err != nil {
-		return fail(ExitSetup, "read session spec: %v", err)
-	}
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return fail(ExitSetup, "decode session spec: %v", err)
-	}
-	// Nothing of ours may reach the command: not this binary, not the spec,
-	// not the status pipe.
-	if err := unix.CloseRange(fdSelf, fdSpec, 0); err != nil {
-		return fail(ExitSetup, "close inherited descriptors: %v", err)
-	}
-	if err := unix.CloseRange(fdStatus+1, ^uint(0), 0); err != nil {
-		return fail(ExitSetup, "close inherited descriptors: %v", err)
-	}
-	unix.CloseOnExec(fdStatus)
+// go test ./pkg/join/ ./internal/daemon/ ./test/attack/ -run 'Lesson|Escape|NonRoot|User|Join'.
+type enterPlan struct {
+	tty        bool
+	filter     *unix.SockFprog
+	filterProg []unix.SockFilter // what filter points at
+	dropCaps   []uintptr         // capabilities to drop from the bounding set
+	oomPath    *byte             // /proc/self/oom_score_adj, or nil
+	oomValue   []byte
+	nproc      *unix.Rlimit // RLIMIT_NPROC, or nil
+	groups     []uint32
+	uid, gid   uint32
+	capHeader  *unix.CapUserHeader
+	capData    *[2]unix.CapUserData
+	dir        *byte
+	candidates []*byte // paths to try, in order
+	argv, envv []*byte
+	pgrp       *int32 // scratch for TIOCSPGRP
 
-	// A session of its own, so that no terminal of the daemon's is the
-	// command's, and signals and kills reach the whole command and nothing
-	// of ours. With a terminal, that terminal becomes its controlling one.
-	if _, err := unix.Setsid(); err != nil {
-		return fail(ExitSetup, "setsid: %v", err)
+	// For the messages of a failure.
+	name, dirName, pathList string
+	slash                   bool
+}
+
+// defaultPath is the PATH a command is looked up in when its environment
+// has none.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// planEnter prepares the enter step for spec.
+func planEnter(s Spec, limits Limits) (*enterPlan, error) {
+	if len(s.Argv) == 0 {
+		return nil, &SetupError{Code: ExitSetup, Msg: "no command given: name the program to run"}
 	}
-	if s.TTY {
-		if err := unix.IoctlSetInt(0, unix.TIOCSCTTY, 0); err != nil {
-			return fail(ExitSetup, "make the pty the controlling terminal: %v", err)
-		}
-		if err := unix.IoctlSetPointerInt(0, unix.TIOCSPGRP, unix.Getpid()); err != nil {
-			return fail(ExitSetup, "make the session the terminal's foreground group: %v", err)
-		}
+	caps := s.Caps
+	if caps == nil {
+		caps = DefaultCaps
 	}
-	if err := forbidUserNamespaces(); err != nil {
-		return fail(ExitSetup, "forbid nested user namespaces: %v", err)
+	drop, err := capsToDrop(caps)
+	if err != nil {
+		return nil, &SetupError{Code: ExitSetup, Msg: err.Error()}
 	}
-	if err := boundCaps(s.Caps); err != nil {
-		return fail(ExitSetup, "bound capabilities: %v", err)
+	e := &enterPlan{
+		tty:       s.TTY,
+		dropCaps:  drop,
+		groups:    s.User.Groups,
+		uid:       s.User.UID,
+		gid:       s.User.GID,
+		capHeader: &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3},
+		capData:   new([2]unix.CapUserData),
+		pgrp:      new(int32),
+		dirName:   s.Dir,
 	}
-	if s.Limits.OOMScoreAdj != 0 {
-		if err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(s.Limits.OOMScoreAdj)), 0); err != nil {
-			return fail(ExitSetup, "set oom_score_adj: %v", err)
-		}
+	if e.dirName == "" {
+		e.dirName = "/"
 	}
-	if s.Limits.MaxProcs > 0 && s.UID != 0 {
-		lim := unix.Rlimit{Cur: s.Limits.MaxProcs, Max: s.Limits.MaxProcs}
-		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
-			return fail(ExitSetup, "set the process limit: %v", err)
-		}
+	e.filterProg = userNamespaceFilter(abis)
+	e.filter = &unix.SockFprog{Len: uint16(len(e.filterProg)), Filter: &e.filterProg[0]}
+	if limits.OOMScoreAdj != 0 {
+		e.oomPath = bytePtr("/proc/self/oom_score_adj")
+		e.oomValue = []byte(strconv.Itoa(limits.OOMScoreAdj))
 	}
-	// Per-thread system calls, not syscall.Setgroups/Setresgid/Setresuid:
-	// Go makes those all-threads calls (stop the world, signal every thread
-	// to repeat the call, spin until each has had a CPU), which were ~60% of
-	// this step's CPU on a busy machine. Only this thread's credentials
-	// matter: it has been locked since the top of enter, it is the thread
-	// that execs below, and execve keeps the calling thread's credentials and
-	// ends every other thread. Nothing from here to the exec hands work to
-	// another thread (the access checks in lookPath and the chdir run on this
-	// one, as the user); if the exec fails the process exits. Groups and gid
-	// first, while still privileged; uid last.
-	var groups *uint32
-	if len(s.Groups) > 0 {
-		groups = &s.Groups[0]
+	if limits.MaxProcs > 0 && s.User.UID != 0 {
+		e.nproc = &unix.Rlimit{Cur: limits.MaxProcs, Max: limits.MaxProcs}
 	}
-	if _, _, errno := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(s.Groups)), uintptr(unsafe.Pointer(groups)), 0); errno != 0 {
-		return fail(ExitSetup, "set supplementary groups %v: %v", s.Groups, errno)
+	if e.dir, err = syscall.BytePtrFromString(e.dirName); err != nil {
+		return nil, &SetupError{Code: ExitSetup, Msg: fmt.Sprintf("working directory %q: %v", e.dirName, err)}
 	}
-	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(s.GID), uintptr(s.GID), uintptr(s.GID)); errno != 0 {
-		return fail(ExitSetup, "set gid %d: %v (is it inside the sandbox's id map?)", s.GID, errno)
-	}
-	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(s.UID), uintptr(s.UID), uintptr(s.UID)); errno != 0 {
-		return fail(ExitSetup, "set uid %d: %v (is it inside the sandbox's id map?)", s.UID, errno)
-	}
-	if err := clearInheritable(); err != nil {
-		return fail(ExitSetup, "clear inheritable capabilities: %v", err)
-	}
-	// The directory is resolved here, inside the sandbox and as the user
-	// (lesson 7): never by the daemon, which would open it in the substrate.
-	if err := unix.Chdir(s.Dir); err != nil {
-		return fail(ExitSetup, "cannot use working directory %s: %v; create it or choose another with -w", s.Dir, err)
-	}
-	name := s.Argv[0]
+
+	e.name = s.Argv[0]
 	if s.Path != "" {
-		name = s.Path
+		e.name = s.Path
 	}
-	path, code, err := lookPath(name, s.Env)
-	if err != nil {
-		return fail(code, "%v", err)
-	}
-	// A session keyring of its own: the daemon's (and the host's, on a bare
-	// machine) must not be reachable from the sandbox. Where a seccomp
-	// profile forbids keyctl (Docker's does), the agent cannot reach any
-	// keyring either, and there is nothing to do.
-	// A NULL name asks for a new anonymous keyring.
-	if _, _, errno := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); errno != 0 && errno != unix.EPERM && errno != unix.ENOSYS && errno != unix.EACCES {
-		return fail(ExitSetup, "new session keyring: %v", errno)
-	}
-	fmt.Fprintln(status, statusOK)
-	err = unix.Exec(path, s.Argv, s.Env)
-	// The status pipe is gone (close-on-exec did not fire since exec failed,
-	// but the reader has stopped reading): report like env(1) does.
-	fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-	if err == unix.ENOENT {
-		return ExitNotFound
-	}
-	return ExitNotRunnable
-}
-
-// lookPath resolves name with the PATH of the command's own environment.
-func lookPath(name string, env []string) (string, int, error) {
-	if strings.Contains(name, "/") {
-		if err := executable(name); err != nil {
-			return "", codeFor(err), fmt.Errorf("%s: %v", name, err)
-		}
-		return name, 0, nil
-	}
-	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	for _, kv := range env {
+	e.pathList = defaultPath
+	for _, kv := range s.Env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			path = v
+			e.pathList = v
 		}
 	}
-	var firstErr error
-	for _, dir := range filepath.SplitList(path) {
-		if dir == "" {
-			dir = "."
-		}
-		p := filepath.Join(dir, name)
-		err := executable(p)
-		if err == nil {
-			return p, 0, nil
-		}
-		if firstErr == nil && err != unix.ENOENT {
-			firstErr = err
+	var paths []string
+	if strings.Contains(e.name, "/") {
+		e.slash = true
+		paths = []string{e.name}
+	} else {
+		for _, dir := range filepath.SplitList(e.pathList) {
+			if dir == "" {
+				dir = "."
+			}
+			paths = append(paths, filepath.Join(dir, e.name))
 		}
 	}
-	if firstErr != nil {
-		return "", ExitNotRunnable, fmt.Errorf("%s: %v", name, firstErr)
+	for _, p := range paths {
+		b, err := syscall.BytePtrFromString(p)
+		if err != nil {
+			return nil, &SetupError{Code: ExitNotFound, Msg: fmt.Sprintf("%q: %v", p, err)}
+		}
+		e.candidates = append(e.candidates, b)
 	}
-	return "", ExitNotFound, fmt.Errorf("%s: command not found in PATH %s", name, path)
+	if e.argv, err = syscall.SlicePtrFromStrings(s.Argv); err != nil {
+		return nil, &SetupError{Code: ExitSetup, Msg: fmt.Sprintf("command line: %v", err)}
+	}
+	if e.envv, err = syscall.SlicePtrFromStrings(s.Env); err != nil {
+		return nil, &SetupError{Code: ExitSetup, Msg: fmt.Sprintf("environment: %v", err)}
+	}
+	return e, nil
 }
 
-func executable(p string) error {
-	var st unix.Stat_t
-	if err := unix.Stat(p, &st); err != nil {
-		return err
-	}
-	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		return unix.EISDIR
-	}
-	return unix.Access(p, unix.X_OK)
+func bytePtr(s string) *byte {
+	b, _ := syscall.BytePtrFromString(s)
+	return b
 }
 
-func codeFor(err error) int {
-	if err == unix.ENOENT {
-		return ExitNotFound
+// failure says what went wrong at stage, like env(1) and docker run do.
+func (e *enterPlan) failure(stage int32, errno syscall.Errno) *SetupError {
+	setup := func(format string, args ...any) *SetupError {
+		return &SetupError{Code: ExitSetup, Msg: fmt.Sprintf(format, args...)}
 	}
-	return ExitNotRunnable
-}
-
-// boundCaps drops every capability outside keep from the bounding set, so
-// that neither root nor a setuid binary can regain it.
-func boundCaps(keep []string) error {
-	allowed := map[int]bool{}
-	for _, name := range keep {
-		n, ok := capNumbers[strings.ToUpper(name)]
-		if !ok {
-			return fmt.Errorf("unknown capability %q", name)
-		}
-		allowed[n] = true
-	}
-	last := lastCap()
-	for c := 0; c <= last; c++ {
-		if allowed[c] {
-			continue
-		}
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
-			return fmt.Errorf("drop capability %d: %w", c, err)
+	switch stage {
+	case stageTerminal:
+		return setup("make the pty the session's controlling terminal: %v", errno)
+	case stageSeccomp:
+		return setup("forbid nested user namespaces: %v", errno)
+	case stageBound:
+		return setup("bound capabilities: %v", errno)
+	case stageOOM:
+		return setup("set oom_score_adj: %v", errno)
+	case stageNproc:
+		return setup("set the process limit: %v", errno)
+	case stageGroups:
+		return setup("set supplementary groups %v: %v", e.groups, errno)
+	case stageGID:
+		return setup("set gid %d: %v (is it inside the sandbox's id map?)", e.gid, errno)
+	case stageUID:
+		return setup("set uid %d: %v (is it inside the sandbox's id map?)", e.uid, errno)
+	case stageInheritable:
+		return setup("clear inheritable capabilities: %v", errno)
+	case stageDir:
+		return setup("cannot use working directory %s: %v; create it or choose another with -w", e.dirName, errno)
+	case stageKeyring:
+		return setup("new session keyring: %v", errno)
+	case stageExec:
+		switch {
+		case errno == unix.ENOENT && !e.slash:
+			return &SetupError{Code: ExitNotFound, Msg: fmt.Sprintf("%s: command not found in PATH %s", e.name, e.pathList)}
+		case errno == unix.ENOENT:
+			return &SetupError{Code: ExitNotFound, Msg: fmt.Sprintf("%s: %v", e.name, errno)}
+		default:
+			return &SetupError{Code: ExitNotRunnable, Msg: fmt.Sprintf("%s: %v", e.name, errno)}
 		}
 	}
 	return nil
 }
 
-// clearInheritable leaves a root command's permitted set to the bounding
-// set: no inheritable or ambient capability survives exec.
-func clearInheritable() error {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return err
+// capsToDrop lists every capability outside keep, up to the kernel's last,
+// so that neither root nor a setuid binary can regain it.
+func capsToDrop(keep []string) ([]uintptr, error) {
+	allowed := map[int]bool{}
+	for _, name := range keep {
+		n, ok := capNumbers[strings.ToUpper(name)]
+		if !ok {
+			return nil, fmt.Errorf("unknown capability %q", name)
+		}
+		allowed[n] = true
 	}
-	data[0].Inheritable, data[1].Inheritable = 0, 0
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return err
+	var drop []uintptr
+	for c := 0; c <= lastCap(); c++ {
+		if !allowed[c] {
+			drop = append(drop, uintptr(c))
+		}
 	}
-	return unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+	return drop, nil
 }
 
-func lastCap() int {
+// lastCap is the kernel's highest capability number.
+var lastCap = sync.OnceValue(func() int {
 	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
 	if err != nil {
 		return 63
@@ -248,7 +214,7 @@ func lastCap() int {
 		return 63
 	}
 	return n
-}
+})
 
 var capNumbers = map[string]int{
 	"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_DAC_READ_SEARCH": 2, "CAP_FOWNER": 3,
@@ -264,24 +230,13 @@ var capNumbers = map[string]int{
 	"CAP_CHECKPOINT_RESTORE": 40,
 }
 
-// forbidUserNamespaces installs a seccomp filter that refuses new user
-// namespaces, as Docker's default profile does: uniform for bwrap 0.4.1
-// (no --disable-userns) and 0.8, and inherited by everything the command
-// starts. Every ABI the kernel accepts on this architecture gets the same
-// rules (a 32-bit `int 0x80` must not be a way around them). clone3 gets
-// ENOSYS because its flags live behind a pointer that a filter cannot read;
-// libc then falls back to clone, whose flags it can.
-func forbidUserNamespaces() error {
-	prog := userNamespaceFilter(abis)
-	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	_, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog)))
-	runtime.KeepAlive(prog)
-	if errno != 0 {
-		return errno
-	}
-	return nil
-}
-
+// userNamespaceFilter is a seccomp filter that refuses new user namespaces,
+// as Docker's default profile does: uniform for bwrap 0.4.1 (no
+// --disable-userns) and 0.8, and inherited by everything the command starts.
+// Every ABI the kernel accepts on this architecture gets the same rules (a
+// 32-bit `int 0x80` must not be a way around them). clone3 gets ENOSYS
+// because its flags live behind a pointer that a filter cannot read; libc
+// then falls back to clone, whose flags it can.
 // abi is one system call ABI: its audit arch and the numbers that matter.
 type abi struct {
 	arch                   uint32

@@ -50,6 +50,7 @@ type forkPlan struct {
 	pdeathsig  syscall.Signal // sent to the child when the daemon's forking thread ends
 	parent     int            // the daemon's pid, to see that it is still there
 	report     int            // write end of the report pipe (close-on-exec)
+	enter      *enterPlan     // the agent's command to become (nil: exec the binary at exe)
 	record     *[2]int32      // what the copy writes on the report pipe
 }
 
@@ -61,6 +62,18 @@ const (
 	stageSession
 	stageDescriptors
 	stageExec
+	// The enter step's (enter_linux.go).
+	stageTerminal
+	stageSeccomp
+	stageBound
+	stageOOM
+	stageNproc
+	stageGroups
+	stageGID
+	stageUID
+	stageInheritable
+	stageDir
+	stageKeyring
 )
 
 var emptyPath = []byte{0}
@@ -76,12 +89,15 @@ var emptyPath = []byte{0}
 //go:noinline
 func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 	var (
-		r1     uintptr
-		errno  syscall.Errno
-		i      int
-		fd     int
-		nextfd int
-		stage  int32
+		r1       uintptr
+		errno    syscall.Errno
+		i        int
+		fd       int
+		nextfd   int
+		stage    int32
+		e        *enterPlan
+		firstErr syscall.Errno
+		cwd      = unix.AT_FDCWD
 	)
 	// Above every descriptor the child receives, so that moving descriptors
 	// into place never overwrites one still to be moved.
@@ -189,10 +205,121 @@ func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 		}
 	}
 
-	_, _, errno = syscall.RawSyscall6(unix.SYS_EXECVEAT, uintptr(p.exe),
-		uintptr(unsafe.Pointer(&emptyPath[0])),
-		uintptr(unsafe.Pointer(&p.argv[0])), uintptr(unsafe.Pointer(&p.envv[0])),
-		unix.AT_EMPTY_PATH, 0)
+	if p.enter == nil {
+		_, _, errno = syscall.RawSyscall6(unix.SYS_EXECVEAT, uintptr(p.exe),
+			uintptr(unsafe.Pointer(&emptyPath[0])),
+			uintptr(unsafe.Pointer(&p.argv[0])), uintptr(unsafe.Pointer(&p.envv[0])),
+			unix.AT_EMPTY_PATH, 0)
+		stage = stageExec
+		goto fail
+	}
+
+	// The enter step, in the order enter_linux.go gives.
+	e = p.enter
+	if e.tty {
+		if _, _, errno = syscall.RawSyscall(syscall.SYS_IOCTL, 0, syscall.TIOCSCTTY, 0); errno != 0 {
+			stage = stageTerminal
+			goto fail
+		}
+		r1, _, _ = syscall.RawSyscall(syscall.SYS_GETPID, 0, 0, 0)
+		*e.pgrp = int32(r1)
+		if _, _, errno = syscall.RawSyscall(syscall.SYS_IOCTL, 0, syscall.TIOCSPGRP, uintptr(unsafe.Pointer(e.pgrp))); errno != 0 {
+			stage = stageTerminal
+			goto fail
+		}
+	}
+	if _, _, errno = syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(e.filter))); errno != 0 {
+		stage = stageSeccomp
+		goto fail
+	}
+	for i = 0; i < len(e.dropCaps); i++ {
+		if _, _, errno = syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_CAPBSET_DROP, e.dropCaps[i], 0); errno != 0 && errno != syscall.EINVAL {
+			stage = stageBound
+			goto fail
+		}
+	}
+	if e.oomPath != nil {
+		r1, _, errno = syscall.RawSyscall6(syscall.SYS_OPENAT, uintptr(cwd), uintptr(unsafe.Pointer(e.oomPath)), syscall.O_WRONLY|syscall.O_CLOEXEC, 0, 0, 0)
+		if errno == 0 {
+			_, _, errno = syscall.RawSyscall(syscall.SYS_WRITE, r1, uintptr(unsafe.Pointer(&e.oomValue[0])), uintptr(len(e.oomValue)))
+			syscall.RawSyscall(syscall.SYS_CLOSE, r1, 0, 0)
+		}
+		if errno != 0 {
+			stage = stageOOM
+			goto fail
+		}
+	}
+	if e.nproc != nil {
+		if _, _, errno = syscall.RawSyscall6(unix.SYS_PRLIMIT64, 0, unix.RLIMIT_NPROC, uintptr(unsafe.Pointer(e.nproc)), 0, 0, 0); errno != 0 {
+			stage = stageNproc
+			goto fail
+		}
+	}
+	// Per-thread calls (syscall.Setgroups and the like stop the world to run
+	// on every thread): this copy has one thread, and it execs. Groups and
+	// gid first, while still privileged; uid last.
+	if len(e.groups) > 0 {
+		_, _, errno = syscall.RawSyscall(syscall.SYS_SETGROUPS, uintptr(len(e.groups)), uintptr(unsafe.Pointer(&e.groups[0])), 0)
+	} else {
+		_, _, errno = syscall.RawSyscall(syscall.SYS_SETGROUPS, 0, 0, 0)
+	}
+	if errno != 0 {
+		stage = stageGroups
+		goto fail
+	}
+	if _, _, errno = syscall.RawSyscall(syscall.SYS_SETRESGID, uintptr(e.gid), uintptr(e.gid), uintptr(e.gid)); errno != 0 {
+		stage = stageGID
+		goto fail
+	}
+	if _, _, errno = syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(e.uid), uintptr(e.uid), uintptr(e.uid)); errno != 0 {
+		stage = stageUID
+		goto fail
+	}
+	// No inheritable or ambient capability survives the exec: a root
+	// command's permitted set is the bounding set, a user's is empty.
+	if _, _, errno = syscall.RawSyscall(syscall.SYS_CAPGET, uintptr(unsafe.Pointer(e.capHeader)), uintptr(unsafe.Pointer(e.capData)), 0); errno != 0 {
+		stage = stageInheritable
+		goto fail
+	}
+	e.capData[0].Inheritable, e.capData[1].Inheritable = 0, 0
+	if _, _, errno = syscall.RawSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(e.capHeader)), uintptr(unsafe.Pointer(e.capData)), 0); errno != 0 {
+		stage = stageInheritable
+		goto fail
+	}
+	if _, _, errno = syscall.RawSyscall6(syscall.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0, 0); errno != 0 {
+		stage = stageInheritable
+		goto fail
+	}
+	if _, _, errno = syscall.RawSyscall(syscall.SYS_CHDIR, uintptr(unsafe.Pointer(e.dir)), 0, 0); errno != 0 {
+		stage = stageDir
+		goto fail
+	}
+	// A session keyring of its own, so that the daemon's (and on a bare
+	// machine the host's) is out of reach. Where seccomp forbids keyctl
+	// (Docker's profile does), no keyring is reachable at all.
+	if _, _, errno = syscall.RawSyscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); errno != 0 && errno != syscall.EPERM && errno != syscall.ENOSYS && errno != syscall.EACCES {
+		stage = stageKeyring
+		goto fail
+	}
+	// As execvp: a candidate that is missing is skipped, one that may not be
+	// run is remembered and skipped, anything else ends the search.
+	for i = 0; i < len(e.candidates); i++ {
+		_, _, errno = syscall.RawSyscall(syscall.SYS_EXECVE, uintptr(unsafe.Pointer(e.candidates[i])),
+			uintptr(unsafe.Pointer(&e.argv[0])), uintptr(unsafe.Pointer(&e.envv[0])))
+		if errno == syscall.ENOENT || errno == syscall.ENOTDIR {
+			continue
+		}
+		if firstErr == 0 {
+			firstErr = errno
+		}
+		if errno != syscall.EACCES {
+			break
+		}
+	}
+	errno = syscall.ENOENT
+	if firstErr != 0 {
+		errno = firstErr
+	}
 	stage = stageExec
 
 fail:

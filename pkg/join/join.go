@@ -3,42 +3,32 @@
 // through here, so that what a joined process can see and do is decided in a
 // single place.
 //
-// A session is entered in two steps:
-//
-//	the daemon forks a copy of itself that joins the holder's namespaces
-//	(setns, user first; see fork_linux.go) and execs fd 3:
-//	  └─ fd 3 is this very binary (static, opened in the substrate): the "enter" child
-//	       sets the process group / controlling terminal, forbids new user
-//	       namespaces, bounds the capability set, drops to the user, changes to
-//	       the working directory *inside*, and execs the command with exactly
-//	       the environment it was given.
+// A session is entered by one fork of the daemon (fork_linux.go): the copy
+// joins the holder's namespaces (setns, user first), forks once more into the
+// pid namespace, and then takes the enter step (enter_linux.go) with raw
+// system calls: its own session and terminal, a seccomp filter against new
+// user namespaces, the bounded capability set, the agent's limits, the
+// user's ids, the working directory resolved *inside*; then it execs the
+// command with exactly the environment it was given. Child roles of this
+// binary (the visitor, the netns helper) are joined the same way and exec
+// the binary pinned in memory at start.
 //
 // Nothing between the daemon and the command is executed from the filesystem
-// the agent can write: not nsenter, not a dynamic loader, not libc. A root
-// agent can replace /usr/bin/setpriv, libc or /etc/ld.so.preload; a helper
+// the agent can write: not nsenter, not setpriv, not a dynamic loader, not
+// libc. A root agent can replace any of them or /etc/ld.so.preload; a helper
 // loaded from there would run the agent's code with full capabilities in the
 // sandbox's user namespace (enough to unmount the masks over the harness and
 // the verdict, lessons 39 and 54), or as the container's root.
 //
 // WARNING: security-sensitive. After any change run, as root:
 //
-//	go test ./pkg/join/ ./internal/daemon/ -run 'Lesson|Escape'
+//	go test ./pkg/join/ ./internal/daemon/ ./test/attack/
 package join
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
-	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"syscall"
-
-	"github.com/sandboxd/sandboxd/internal/memfd"
 
 	"golang.org/x/sys/unix"
 
@@ -107,21 +97,6 @@ type SetupError struct {
 
 func (e *SetupError) Error() string { return e.Msg }
 
-// enterSpec travels to the enter child through a memfd, so that nothing of it
-// shows in the child's command line.
-type enterSpec struct {
-	UID    uint32   `json:"uid"`
-	GID    uint32   `json:"gid"`
-	Groups []uint32 `json:"groups"`
-	Env    []string `json:"env"`
-	Dir    string   `json:"dir"`
-	Argv   []string `json:"argv"`
-	Path   string   `json:"path,omitempty"`
-	TTY    bool     `json:"tty"`
-	Caps   []string `json:"caps"`
-	Limits Limits   `json:"limits"`
-}
-
 // Process is a started joined process.
 type Process struct {
 	Cmd *Cmd
@@ -130,10 +105,11 @@ type Process struct {
 	PID int
 }
 
-// Command prepares spec to run inside every namespace of the sandbox. The
-// caller sets Stdin, Stdout and Stderr on the result's Cmd and calls Start.
+// Command prepares spec to run inside every namespace of the sandbox, as the
+// agent's side (with t's Limits). The caller sets Stdin, Stdout and Stderr on
+// the result's Cmd and calls Start.
 func (t Target) Command(s Spec) (*Starter, error) {
-	return enterCommand(t.Join(nil, roleEnter), s, t.Limits)
+	return enterCommand(t.Join(nil, ""), s, t.Limits)
 }
 
 // Here prepares spec to run in the caller's own namespaces, through the same
@@ -141,81 +117,35 @@ func (t Target) Command(s Spec) (*Starter, error) {
 // own mount namespace, so that the verifier drops its privileges exactly as
 // sessions do.
 func Here(s Spec) (*Starter, error) {
-	return enterCommand(Target{}.Join([]string{}, roleEnter), s, Limits{})
+	return enterCommand(Target{}.Join([]string{}, ""), s, Limits{})
 }
 
 func enterCommand(cmd *Cmd, s Spec, limits Limits) (*Starter, error) {
-	if len(s.Argv) == 0 {
-		return nil, &SetupError{Code: ExitSetup, Msg: "no command given: name the program to run"}
-	}
-	caps := s.Caps
-	if caps == nil {
-		caps = DefaultCaps
-	}
-	dir := s.Dir
-	if dir == "" {
-		dir = "/"
-	}
-	spec, err := json.Marshal(enterSpec{
-		UID: s.User.UID, GID: s.User.GID, Groups: s.User.Groups,
-		Env: s.Env, Dir: dir, Argv: s.Argv, Path: s.Path, TTY: s.TTY, Caps: caps, Limits: limits,
-	})
+	e, err := planEnter(s, limits)
 	if err != nil {
 		return nil, err
 	}
-	specFile, err := memfd.New("spec", spec)
-	if err != nil {
-		return nil, err
-	}
-	statusR, statusW, err := os.Pipe()
-	if err != nil {
-		specFile.Close()
-		return nil, fmt.Errorf("status pipe: %w", err)
-	}
-	// The enter step makes the session (and takes the terminal) itself.
-	cmd.ExtraFiles = []*os.File{specFile, statusW}
-	return &Starter{Cmd: cmd, spec: specFile, statusR: statusR, statusW: statusW}, nil
+	cmd.enter = e
+	// A session of its own, so that no terminal of the daemon's is the
+	// command's and signals reach the whole command and nothing of ours;
+	// with a terminal, the enter step makes it the session's.
+	cmd.Setsid = true
+	return &Starter{Cmd: cmd}, nil
 }
 
 // Starter is a prepared joined process.
 type Starter struct {
-	Cmd     *Cmd
-	spec    *os.File
-	statusR *os.File
-	statusW *os.File
+	Cmd *Cmd
 }
 
-// Start starts the enter step and waits until the command has been exec'd
-// or has failed to start. A failure is a *SetupError with the reason; the
-// caller must still Wait on Cmd.
+// Start starts the command. It returns once the command has been exec'd, or
+// with a *SetupError that says why it could not be; the caller must still
+// Wait on Cmd.
 func (s *Starter) Start() (*Process, error) {
-	err := s.Cmd.Start()
-	s.spec.Close()
-	s.statusW.Close()
-	defer s.statusR.Close()
-	if err != nil {
+	if err := s.Cmd.Start(); err != nil {
 		return nil, err
 	}
-	// The enter step writes "ok" right before its exec, or a code and the
-	// reason when setup failed; EOF alone means it died on the way.
-	line, err := bufio.NewReader(io.LimitReader(s.statusR, 64<<10)).ReadString('\n')
-	switch {
-	case line == statusOK+"\n":
-	case len(line) > 0:
-		return nil, decodeStatus([]byte(line))
-	default:
-		return nil, &SetupError{Code: ExitSetup, Msg: fmt.Sprintf("could not enter the sandbox (%v): it may have ended; see sandboxd status", err)}
-	}
 	return &Process{Cmd: s.Cmd, PID: s.Cmd.Process.Pid}, nil
-}
-
-func decodeStatus(msg []byte) error {
-	code, text, ok := bytes.Cut(msg, []byte{' '})
-	n, err := strconv.Atoi(string(code))
-	if !ok || err != nil {
-		return &SetupError{Code: ExitSetup, Msg: strings.TrimSpace(string(msg))}
-	}
-	return &SetupError{Code: n, Msg: strings.TrimSpace(string(text))}
 }
 
 // Signal sends sig to the command's process group.

@@ -11,6 +11,8 @@ import (
 	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
+	"github.com/sandboxd/sandboxd/pkg/idmap"
+	"github.com/sandboxd/sandboxd/pkg/join"
 )
 
 func TestMain(m *testing.M) {
@@ -37,4 +39,26 @@ func TestExitCodesAndSetupErrors(t *testing.T) {
 	r := sb.Run(t, "0", nil, "no-such-program")
 	assert.Equal(t, 127, r.Code)
 	assert.Contains(t, r.Stderr, "not found")
+
+	// A file that may not be run is 126, like env(1); a later PATH entry
+	// that may is found past it, as execvp does.
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(dir+"/noexec", []byte("#!/bin/sh\necho no\n"), 0o644))
+	r = sb.Run(t, "0", nil, dir+"/noexec")
+	assert.Equal(t, 126, r.Code)
+	assert.Contains(t, r.Stderr, "permission denied")
+	require.NoError(t, os.Mkdir(dir+"/bin", 0o755))
+	require.NoError(t, os.WriteFile(dir+"/bin/noexec", []byte("#!/bin/sh\necho found\n"), 0o755))
+	r = sb.Run(t, "0", []string{"PATH=" + dir + ":" + dir + "/bin:/usr/bin:/bin"}, "noexec")
+	assert.Equal(t, 0, r.Code, r.Stderr)
+	assert.Equal(t, "found\n", r.Stdout)
+
+	// A working directory that does not exist inside is refused with the fix.
+	st, err := sb.Target.Command(join.Spec{User: idmap.User{}, Env: []string{"PATH=/usr/bin:/bin"}, Dir: "/no/such/dir", Argv: []string{"true"}})
+	require.NoError(t, err)
+	_, err = st.Start()
+	var se *join.SetupError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, 125, se.Code)
+	assert.Contains(t, se.Msg, "cannot use working directory /no/such/dir")
 }

@@ -18,8 +18,8 @@ var (
 )
 
 // lazyRegexp compiles expr on first use rather than at init: every start of
-// this binary runs every package's init, the enter step of each exec
-// included, and that step never adapts an image.
+// this binary runs every package's init (the CLI of each `sandboxd exec`, the
+// visitor and netns helpers), and most of them never adapts an image.
 func lazyRegexp(expr string) func() *regexp.Regexp {
 	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
 }

@@ -210,8 +210,8 @@ func (p keyPath) names() []string {
 var bareKey = lazyRegexp(`^[A-Za-z0-9_-]+$`)
 
 // lazyRegexp compiles expr on first use rather than at init: every start of
-// this binary runs every package's init, the enter step of each exec
-// included, and that step never reads a task.
+// this binary runs every package's init (the CLI of each `sandboxd exec`, the
+// visitor and netns helpers), and most of them never reads a task.
 func lazyRegexp(expr string) func() *regexp.Regexp {
 	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
 }

@@ -302,7 +302,16 @@ func (e *env) trial(t *testing.T, te layer.TaskEntry, tk *task.Task, agent strin
 	if te.Compose != "" {
 		c = e.composeUp(t, te.Compose)
 	} else {
-		c = e.runContainer(t, te.Image, securityFlags(e.repo))
+		var extra []string
+		if needs(tk, "upstream") {
+			// In the hosts file from the start: the egress proxy resolves
+			// from a snapshot taken when serve starts, so that an agent
+			// rewriting /etc/hosts later cannot steer it.
+			for _, name := range upstreamNames {
+				extra = append(extra, "--add-host", name+":"+upstreamIP)
+			}
+		}
+		c = e.runContainer(t, te.Image, securityFlags(e.repo), extra...)
 	}
 	figures.Lock()
 	figures.ready = append(figures.ready, c.Ready)
