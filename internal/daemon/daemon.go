@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/internal/cgroup"
 	"github.com/sandboxd/sandboxd/internal/cleanup"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
@@ -71,6 +72,10 @@ type Daemon struct {
 	log    *slog.Logger
 	holder *bwrap.Holder
 	limits limits
+	// cgroup holds the agent's processes, when one could be made; else
+	// cgroupNote says why not.
+	cgroup     *cgroup.Group
+	cgroupNote string
 	// reserved is the room set aside for grading now (reserve.go).
 	reserved atomic.Int64
 	target   join.Target
@@ -286,6 +291,14 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.warnings = warnings
 	d.target = join.Target{PID: holder.PID, Namespaces: holder.Namespaces,
 		Limits: join.Limits{OOMScoreAdj: sessionOOMScoreAdj, MaxProcs: cfg.AgentMaxProcs}}
+	cgroup.Prune(agentCgroupPrefix, holderGone)
+	if g, err := cgroup.Create(fmt.Sprintf("%s%d", agentCgroupPrefix, holder.PID), d.cgroupLimits()); err != nil {
+		d.cgroupNote = err.Error()
+	} else {
+		d.cgroup = g
+		d.target.Limits.Cgroup = g.Procs()
+		cu.Add(func() { g.Remove() })
+	}
 	d.limits = d.applyLimits()
 	cu.Release()
 	d.lockFile = lock
@@ -381,6 +394,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 	d.holder.Kill()
 	wg.Wait()
 	d.leftovers.Close()
+	d.removeCgroup()
 	if holderDied != nil {
 		return holderDied
 	}

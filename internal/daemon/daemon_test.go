@@ -358,10 +358,10 @@ func TestExecWithTerminal(t *testing.T) {
 	assert.Regexp(t, `^/dev/pts/\d+\r\n30 100\r\nxterm\r\nstdin-is-tty\r\n$`, r.stdout)
 }
 
-// Issue 7's limits where no cgroup can be had: a non-root agent's processes
+// Issue 7's limits that need no cgroup: a non-root agent's processes
 // are bounded by RLIMIT_NPROC, every agent process is first for the OOM
 // killer, and status says what holds.
-func TestAgentLimitsWithoutCgroups(t *testing.T) {
+func TestAgentProcessLimitAndOOMScore(t *testing.T) {
 	s := serveForTest(t, Config{AgentUser: "4321:4321", AgentMaxProcs: 40})
 	r := s.sh(t, "awk '/^Max processes/ {print $3, $4}' /proc/self/limits; cat /proc/self/oom_score_adj")
 	require.Equal(t, 0, r.exit.Code, r.stderr)
@@ -382,4 +382,32 @@ func TestAgentLimitsWithoutCgroups(t *testing.T) {
 	assert.Equal(t, 500, st.Limits.SessionOOMScoreAdj)
 	assert.Less(t, st.Limits.DaemonOOMScoreAdj, 500)
 	assert.NotEmpty(t, st.Limits.Cgroup)
+}
+
+// Where a cgroup can be made (a bare host; a container whose engine
+// delegates its cgroups), the agent's processes are in one with the task's
+// limits and the pid limit, which stops a root agent too; where none can
+// (a plain Docker container), status says why.
+func TestAgentCgroup(t *testing.T) {
+	dir := taskDir(t, "[environment]\nmemory_mb = 512\ncpus = 1.5\n", "echo 1 > /logs/verifier/reward.txt")
+	s := serveTask(t, dir, Config{AgentMaxProcs: 40})
+	st := s.d.Status()
+	if s.d.cgroup == nil {
+		assert.Contains(t, st.Limits.Cgroup, "none: cgroup", "status says why there is no cgroup")
+		t.Logf("no cgroup here: %s", st.Limits.Cgroup)
+		return
+	}
+	assert.Contains(t, st.Limits.Cgroup, "memory 512 MiB, cpus 1.5, pids 40")
+	r := s.sh(t, "cat /proc/self/cgroup")
+	require.Equal(t, 0, r.exit.Code, r.stderr)
+	assert.Contains(t, r.stdout, fmt.Sprintf("sandboxd-agent-%d", s.d.holder.PID), "a session is in the agent's cgroup")
+
+	// A root agent's fork bomb in miniature stops at the pid limit.
+	r = s.sh(t, `for i in $(seq 60); do sleep 30 & done`)
+	assert.NotEqual(t, 0, r.exit.Code, "a fork failed")
+	out, _ := exec.Command("pgrep", "-c", "-f", "^sleep 30$").Output()
+	exec.Command("pkill", "-f", "^sleep 30$").Run()
+	running, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	assert.Greater(t, running, 0)
+	assert.Less(t, running, 40, "the pid limit stopped a root agent")
 }

@@ -5,6 +5,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/cgroup"
 )
 
 // DefaultAgentMaxProcs is serve's default RLIMIT_NPROC for a non-root agent
@@ -36,10 +41,14 @@ type limits struct {
 // holds for the agent.
 func (d *Daemon) applyLimits() limits {
 	l := limits{
-		Cgroup:             "none set by sandboxd: the container engine's limits (docker run --memory, --cpus, --pids-limit) apply to the whole container",
+		Cgroup:             "none: " + d.cgroupNote + "; the container engine's limits (docker run --memory, --cpus, --pids-limit) apply to the whole container",
 		AgentMaxProcs:      d.target.Limits.MaxProcs,
 		AgentMaxProcsNote:  "RLIMIT_NPROC for a non-root agent user; the kernel exempts root",
 		SessionOOMScoreAdj: d.target.Limits.OOMScoreAdj,
+	}
+	if d.cgroup != nil {
+		l.Cgroup = d.cgroup.String()
+		l.AgentMaxProcsNote = "the pid limit of the agent's cgroup (root included), and RLIMIT_NPROC for a non-root agent user"
 	}
 	if d.target.Limits.MaxProcs == 0 {
 		l.AgentMaxProcsNote = "no limit (--agent-max-procs 0)"
@@ -57,4 +66,44 @@ func (d *Daemon) statusLimits() limits {
 	l := d.limits
 	l.GradingReserve = d.reserved.Load()
 	return l
+}
+
+// cgroupLimits are the agent's cgroup limits: the task's memory and cpus,
+// and --agent-max-procs as the pid limit, which holds for a root agent too.
+func (d *Daemon) cgroupLimits() cgroup.Limits {
+	l := cgroup.Limits{Pids: int64(d.cfg.AgentMaxProcs)}
+	if t := d.cfg.Task; t != nil {
+		l.MemoryBytes = t.Environment.MemoryMB << 20
+		l.CPUs = t.Environment.CPUs
+	}
+	return l
+}
+
+// removeCgroup removes the agent's cgroup once the sandbox's processes are
+// gone (they die with the holder, a moment after it).
+func (d *Daemon) removeCgroup() {
+	if d.cgroup == nil {
+		return
+	}
+	var err error
+	for range 100 {
+		if err = d.cgroup.Remove(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	d.log.Warn("remove the agent's cgroup", "err", err)
+}
+
+// agentCgroupPrefix names an agent's cgroup, followed by its holder's pid.
+const agentCgroupPrefix = "sandboxd-agent-"
+
+// holderGone says whether the holder an agent cgroup is named after has
+// ended: its group is a leftover of a daemon that was killed.
+func holderGone(name string) bool {
+	pid, err := strconv.Atoi(strings.TrimPrefix(name, agentCgroupPrefix))
+	if err != nil {
+		return false
+	}
+	return unix.Kill(pid, 0) == unix.ESRCH
 }

@@ -90,6 +90,11 @@ func (c *Cmd) Start() error {
 		}
 	}
 	plan := &forkPlan{exe: 3, setsid: c.Setsid, setpgid: c.Setpgid, pdeathsig: c.Pdeathsig, parent: os.Getpid(), record: new([2]int32), enter: c.enter}
+	if c.enter != nil {
+		for _, f := range c.target.Limits.Cgroup {
+			plan.cgroup = append(plan.cgroup, int(f.Fd()))
+		}
+	}
 
 	for _, kind := range joinOrder {
 		if !slices.Contains(c.namespaces, kind) {
@@ -148,6 +153,7 @@ func (c *Cmd) Start() error {
 	// The child has its copies: the files may be closed from here on.
 	runtime.KeepAlive(stdio)
 	runtime.KeepAlive(c.ExtraFiles)
+	runtime.KeepAlive(c.target.Limits.Cgroup)
 
 	// The report: the pid of the second copy when there is one, then a
 	// failure if one happened; EOF once the role has been exec'd (or every
@@ -195,6 +201,7 @@ func (c *Cmd) Start() error {
 func forkFailure(stage int32, errno syscall.Errno) string {
 	what := map[int32]string{
 		stageSetns:       "join the sandbox's namespaces",
+		stageCgroup:      "join the agent's cgroup",
 		stageFork:        "fork into the sandbox's pid namespace",
 		stageSession:     "start a session",
 		stageDescriptors: "pass descriptors",

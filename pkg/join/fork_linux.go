@@ -51,6 +51,7 @@ type forkPlan struct {
 	parent     int            // the daemon's pid, to see that it is still there
 	report     int            // write end of the report pipe (close-on-exec)
 	enter      *enterPlan     // the agent's command to become (nil: exec the binary at exe)
+	cgroup     []int          // cgroup.procs descriptors to write "0" into: join the agent's cgroup
 	record     *[2]int32      // what the copy writes on the report pipe
 }
 
@@ -58,6 +59,7 @@ type forkPlan struct {
 // first word of a record.
 const (
 	stageSetns = 1 + iota
+	stageCgroup
 	stageFork
 	stageSession
 	stageDescriptors
@@ -76,7 +78,10 @@ const (
 	stageKeyring
 )
 
-var emptyPath = []byte{0}
+var (
+	emptyPath = []byte{0}
+	zero      = []byte("0") // written into cgroup.procs: "this process"
+)
 
 // forkJoined forks the copy described by p and returns its pid in the
 // parent. Between runtime_BeforeFork and the exec (or exit) the copy may
@@ -120,6 +125,12 @@ func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 
 	// The forked copy, single-threaded.
 	runtime_AfterForkInChild()
+	for i = 0; i < len(p.cgroup); i++ {
+		if _, _, errno = syscall.RawSyscall(syscall.SYS_WRITE, uintptr(p.cgroup[i]), uintptr(unsafe.Pointer(&zero[0])), 1); errno != 0 {
+			stage = stageCgroup
+			goto fail
+		}
+	}
 	if p.pdeathsig != 0 {
 		if _, _, errno = syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(p.pdeathsig), 0); errno != 0 {
 			stage = stageSession

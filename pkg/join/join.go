@@ -27,6 +27,7 @@ package join
 
 import (
 	"errors"
+	"os"
 	"os/exec"
 	"syscall"
 
@@ -53,6 +54,10 @@ type Limits struct {
 	// MaxProcs is RLIMIT_NPROC for a non-root agent user: the processes its
 	// uid may have at once. The kernel exempts root from it.
 	MaxProcs uint64
+	// Cgroup are cgroup.procs files of the agent's cgroup, open for
+	// writing (internal/cgroup): the forked copy joins it before anything
+	// else, so that the command and all it starts are inside.
+	Cgroup []*os.File
 }
 
 // Spec is one process to start inside the sandbox.
