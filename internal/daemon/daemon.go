@@ -248,11 +248,11 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("stat /logs/verifier: %w", err)
 	}
 	d.logsDev, d.logsIno = logsSt.Dev, logsSt.Ino
-	// What the daemon runs later is pinned now, before any agent code has
-	// run in the filesystem the sandbox shares.
-	if err := join.Pin(); err != nil {
-		return nil, err
-	}
+	// What the daemon runs later is pinned before any agent code has run in
+	// the filesystem the sandbox shares: while bwrap builds the sandbox, in
+	// which nothing of the agent's runs before the pin is awaited below.
+	pinned := make(chan error, 1)
+	go func() { pinned <- join.Pin() }()
 	// So are the users of the phases: the agent may rewrite /etc/passwd.
 	if d.verifier, err = idmap.Lookup("/", cfg.VerifierUser); err != nil {
 		return nil, fmt.Errorf("verifier user: %w", err)
@@ -283,6 +283,12 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 		AllowDegraded: cfg.AllowDegraded,
 		Log:           cfg.Log,
 	})
+	if perr := <-pinned; perr != nil {
+		if err == nil {
+			holder.Kill()
+		}
+		return nil, perr
+	}
 	if err != nil {
 		return nil, fmt.Errorf("build the sandbox: %w", err)
 	}

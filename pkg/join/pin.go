@@ -17,26 +17,33 @@ import (
 var (
 	selfMu   sync.Mutex
 	selfFile *os.File
+
+	pinOnce sync.Once
+	pinErr  error
 )
 
 // Pin copies this binary into a sealed memfd and uses the copy from now on.
+// Once is enough: later calls (another daemon in the same process, as in
+// tests) keep the first copy, which joined processes may be starting from.
 func Pin() error {
-	exe, err := os.Open("/proc/self/exe")
-	if err != nil {
-		return fmt.Errorf("pin own executable: %w", err)
-	}
-	defer exe.Close()
-	pinned, err := memfd.Sealed("sandboxd", exe)
-	if err != nil {
-		return fmt.Errorf("pin own executable: %w", err)
-	}
-	selfMu.Lock()
-	defer selfMu.Unlock()
-	if selfFile != nil {
-		selfFile.Close()
-	}
-	selfFile = pinned
-	return nil
+	pinOnce.Do(func() {
+		exe, err := os.Open("/proc/self/exe")
+		if err != nil {
+			pinErr = fmt.Errorf("pin own executable: %w", err)
+			return
+		}
+		defer exe.Close()
+		pinned, err := memfd.Sealed("sandboxd", exe)
+		if err != nil {
+			pinErr = fmt.Errorf("pin own executable: %w", err)
+			return
+		}
+		selfMu.Lock()
+		defer selfMu.Unlock()
+		// The unpinned file stays open: a process may be starting from it.
+		selfFile = pinned
+	})
+	return pinErr
 }
 
 // self is the binary a joined process starts as: the pinned copy, or, before

@@ -355,7 +355,10 @@ func benchExecCLI(ctx context.Context, b *bench) error {
 	if err != nil {
 		return err
 	}
-	chain := append([]string{"--target", fmt.Sprint(d.holder)}, d.ns...)
+	chain := []string{"--target", fmt.Sprint(d.holder)}
+	for _, ns := range d.ns { // status names them as /proc/PID/ns does
+		chain = append(chain, nsenterFlag[ns])
+	}
 	chain = append(chain, "--", "setpriv", "--reuid=0", "--regid=0", "--clear-groups",
 		"--bounding-set=-all,+chown,+dac_override,+fowner,+fsetid,+kill,+setgid,+setuid,+setpcap,+net_bind_service,+sys_chroot,+mknod,+audit_write,+setfcap",
 		"--inh-caps=-all", "--", "env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "true")
@@ -408,4 +411,10 @@ func (b *bench) dockerContainer(ctx context.Context) (string, string) {
 	}
 	b.logf("docker container %s from %s", name, tag)
 	return name, ""
+}
+
+// nsenterFlag is nsenter's option for each /proc/PID/ns name.
+var nsenterFlag = map[string]string{
+	"user": "--user", "mnt": "--mount", "pid": "--pid", "uts": "--uts",
+	"ipc": "--ipc", "net": "--net", "cgroup": "--cgroup",
 }
