@@ -21,6 +21,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
@@ -410,4 +411,23 @@ func TestAgentCgroup(t *testing.T) {
 	running, _ := strconv.Atoi(strings.TrimSpace(string(out)))
 	assert.Greater(t, running, 0)
 	assert.Less(t, running, 40, "the pid limit stopped a root agent")
+}
+
+// A non-root agent gets POSIX shared memory as under Docker: /dev/shm is a
+// sticky 1777 tmpfs of 64 MiB (where bwrap can make one: 0.5 and later).
+func TestDevShmForNonRootAgent(t *testing.T) {
+	s := serveForTest(t, Config{AgentUser: "4321:4321"})
+	r := s.sh(t, "stat -c %a /dev/shm; echo x > /dev/shm/agent && echo wrote; df -k /dev/shm | awk 'NR==2 {print $2}'")
+	if !s.d.holder.Version.Less(bwrap.Version{Minor: 5}) {
+		require.Equal(t, 0, r.exit.Code, r.stderr)
+		lines := strings.Fields(r.stdout)
+		require.Len(t, lines, 3, r.stdout)
+		assert.Equal(t, "1777", lines[0])
+		assert.Equal(t, "wrote", lines[1])
+		if !s.d.holder.Version.Less(bwrap.Version{Minor: 7}) {
+			assert.Equal(t, "65536", lines[2], "64 MiB, as Docker's default")
+		}
+		return
+	}
+	assert.NotContains(t, r.stdout, "wrote", "bwrap %s cannot make /dev/shm writable", s.d.holder.Version)
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -59,6 +60,17 @@ func (p *mountPlan) emit(a *Args) error {
 	a.Add("--bind", "/", "/")
 	a.Add("--proc", "/proc")
 	a.Add("--dev", "/dev")
+	// POSIX shared memory (Python's multiprocessing, PostgreSQL) needs a
+	// /dev/shm anyone may write, as Docker makes it: sticky, 1777, 64 MiB.
+	// bwrap's own /dev/shm is 0755 root, and before 0.5 nothing can change
+	// that (the sandbox then lacks it for a non-root agent).
+	if a.Has("--perms") {
+		a.Add("--perms", "1777")
+		if a.Has("--size") {
+			a.Add("--size", strconv.Itoa(64<<20))
+		}
+		a.Add("--tmpfs", "/dev/shm")
+	}
 	for _, d := range p.cfg.Devices {
 		if _, err := os.Stat(p.path(d)); err == nil {
 			a.Add("--dev-bind", d, d)
