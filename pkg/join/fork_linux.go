@@ -14,9 +14,11 @@ import (
 // after the agent has had the run of the filesystem both share, it would load
 // the agent's /etc/ld.so.preload or a libc the agent rewrote. So the daemon
 // forks a copy of itself that makes raw system calls only, the way package
-// syscall forks before an exec: it joins the namespaces, puts the
-// descriptors in place and execs this binary, from the descriptor opened at
-// start, in a child role. Nothing from the shared filesystem is executed.
+// syscall forks before an exec: it joins the agent's cgroup and the
+// namespaces, puts the descriptors in place, and then either takes the enter
+// step and execs the agent's command (enter_linux.go), or execs this binary,
+// from the copy pinned in memory at start, in a child role (the visitor, the
+// netns helper). Nothing from the shared filesystem runs as root.
 //
 // The pid namespace applies to a process's children, not to itself, so when
 // it is joined the copy forks once more with CLONE_PARENT: the second copy
