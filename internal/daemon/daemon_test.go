@@ -372,11 +372,9 @@ func TestAgentProcessLimitAndOOMScore(t *testing.T) {
 	// dash gives up on the first fork that fails, with status 2.
 	r = s.sh(t, `for i in $(seq 60); do sleep 30 & done`)
 	assert.Equal(t, 2, r.exit.Code, "a fork failed: %s", r.stderr)
-	out, _ := exec.Command("pgrep", "-u", "4321", "-c", "-x", "sleep").Output()
-	exec.Command("pkill", "-u", "4321", "-x", "sleep").Run()
-	running, _ := strconv.Atoi(strings.TrimSpace(string(out)))
-	assert.Greater(t, running, 0, "the agent's sleeps started")
-	assert.Less(t, running, 40, "RLIMIT_NPROC stopped the non-root agent at 40 processes")
+	sleeps := sandboxSleeps(t, s)
+	assert.Greater(t, len(sleeps), 0, "the agent's sleeps started")
+	assert.Less(t, len(sleeps), 40, "RLIMIT_NPROC stopped the non-root agent at 40 processes")
 
 	st := s.d.Status()
 	assert.Equal(t, uint64(40), st.Limits.AgentMaxProcs)
@@ -406,11 +404,32 @@ func TestAgentCgroup(t *testing.T) {
 	// A root agent's fork bomb in miniature stops at the pid limit.
 	r = s.sh(t, `for i in $(seq 60); do sleep 30 & done`)
 	assert.NotEqual(t, 0, r.exit.Code, "a fork failed")
-	out, _ := exec.Command("pgrep", "-c", "-f", "^sleep 30$").Output()
-	exec.Command("pkill", "-f", "^sleep 30$").Run()
-	running, _ := strconv.Atoi(strings.TrimSpace(string(out)))
-	assert.Greater(t, running, 0)
-	assert.Less(t, running, 40, "the pid limit stopped a root agent")
+	sleeps := sandboxSleeps(t, s)
+	assert.Greater(t, len(sleeps), 0)
+	assert.Less(t, len(sleeps), 40, "the pid limit stopped a root agent")
+}
+
+// sandboxSleeps lists the `sleep` processes in s's sandbox (its pid
+// namespace, whatever other tests run meanwhile) and kills them.
+func sandboxSleeps(t *testing.T, s *served) []int {
+	t.Helper()
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", s.d.holder.PID))
+	require.NoError(t, err)
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		theirs, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if theirs == ns && strings.TrimSpace(string(comm)) == "sleep" {
+			pids = append(pids, pid)
+			unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+	return pids
 }
 
 // A non-root agent gets POSIX shared memory as under Docker: /dev/shm is a
