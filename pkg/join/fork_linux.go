@@ -91,6 +91,12 @@ var (
 // stack, nothing that takes a lock another thread of the parent might have
 // held at the fork.
 //
+// Where rawVfork shares memory (vfork_amd64.go), each copy runs on this very
+// frame while the process that forked it sleeps until it execs or exits. So
+// a copy never returns from here, writes only to its own plan and to this
+// frame's variables, and a process woken from rawVfork uses nothing of the
+// frame but rawVfork's results and p, which no copy assigns.
+//
 //go:norace
 //go:nocheckptr
 //go:noinline
@@ -105,6 +111,7 @@ func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 		e        *enterPlan
 		firstErr syscall.Errno
 		cwd      = unix.AT_FDCWD
+		report   = p.report // the copy's own, which it may move
 	)
 	// Above every descriptor the child receives, so that moving descriptors
 	// into place never overwrites one still to be moved.
@@ -114,12 +121,12 @@ func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 			nextfd = f + 1
 		}
 	}
-	if p.report >= nextfd {
-		nextfd = p.report + 1
+	if report >= nextfd {
+		nextfd = report + 1
 	}
 
 	runtime_BeforeFork()
-	r1, _, errno = syscall.RawSyscall6(syscall.SYS_CLONE, uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
+	r1, errno = rawVfork(uintptr(syscall.SIGCHLD) | shareMemory)
 	if errno != 0 || r1 != 0 {
 		runtime_AfterFork()
 		return int(r1), errno
@@ -152,14 +159,16 @@ func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 		}
 	}
 	if p.pidNS {
-		r1, _, errno = syscall.RawSyscall6(syscall.SYS_CLONE, uintptr(unix.CLONE_PARENT|syscall.SIGCHLD), 0, 0, 0, 0, 0)
+		r1, errno = rawVfork(uintptr(unix.CLONE_PARENT|syscall.SIGCHLD) | shareMemory)
 		if errno != 0 {
 			stage = stageFork
 			goto fail
 		}
 		if r1 != 0 {
 			p.record[0], p.record[1] = int32(r1), 0
-			syscall.RawSyscall(syscall.SYS_WRITE, uintptr(p.report), uintptr(unsafe.Pointer(p.record)), 8)
+			// p.report, not report: the second copy, on this stack, may
+			// have changed the variable.
+			syscall.RawSyscall(syscall.SYS_WRITE, uintptr(report), uintptr(unsafe.Pointer(p.record)), 8)
 			syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 0, 0, 0)
 		}
 		// The second copy: in the sandbox's pid namespace, the daemon's
@@ -187,12 +196,12 @@ func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 	// source that sits below its destination out of the way (and the report
 	// pipe, so that it survives), then dup each onto its number, which also
 	// clears close-on-exec.
-	if p.report < len(p.files) {
-		if _, _, errno = syscall.RawSyscall(syscall.SYS_DUP3, uintptr(p.report), uintptr(nextfd), syscall.O_CLOEXEC); errno != 0 {
+	if report < len(p.files) {
+		if _, _, errno = syscall.RawSyscall(syscall.SYS_DUP3, uintptr(report), uintptr(nextfd), syscall.O_CLOEXEC); errno != 0 {
 			stage = stageDescriptors
 			goto fail
 		}
-		p.report = nextfd
+		report = nextfd
 		nextfd++
 	}
 	for i = 0; i < len(p.files); i++ {
