@@ -392,7 +392,7 @@ func TestAgentCgroup(t *testing.T) {
 	s := serveTask(t, dir, Config{AgentMaxProcs: 40})
 	st := s.d.Status()
 	if s.d.cgroup == nil {
-		assert.Contains(t, st.Limits.Cgroup, "none: cgroup", "status says why there is no cgroup")
+		assert.Regexp(t, `^none: .+; the container engine`, st.Limits.Cgroup, "status says why there is no cgroup")
 		t.Logf("no cgroup here: %s", st.Limits.Cgroup)
 		return
 	}
