@@ -38,11 +38,11 @@ const root = "/sys/fs/cgroup"
 // Create makes the group name below the daemon's own cgroup and sets l on
 // it. The error says why no group could be made.
 func Create(name string, l Limits) (*Group, error) {
-	own, err := ownCgroups()
+	v2, own, err := locate()
 	if err != nil {
 		return nil, err
 	}
-	if fsType(root) == "cgroup2" {
+	if v2 {
 		return createV2(own[""], name, l)
 	}
 	return createV1(own, name, l)
@@ -100,7 +100,7 @@ func createV2(own, name string, l Limits) (*Group, error) {
 		return nil, fmt.Errorf("cgroup v2: %w", err)
 	}
 	var want []string
-	for _, c := range []string{"pids", "memory", "cpu"} {
+	for _, c := range controllers {
 		if strings.Contains(" "+strings.TrimSpace(string(ctrls))+" ", " "+c+" ") {
 			want = append(want, "+"+c)
 		}
@@ -225,6 +225,17 @@ func cpuV1(cpus float64) map[string]string {
 	return map[string]string{"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": strconv.FormatInt(int64(cpus*100000), 10)}
 }
 
+// controllers are the ones the limits need: a v1 group is made in each of
+// their hierarchies, a v2 group has them enabled.
+var controllers = []string{"pids", "memory", "cpu"}
+
+// locate says whether /sys/fs/cgroup is a v2 tree, and where the daemon's
+// own groups are.
+func locate() (v2 bool, own map[string]string, err error) {
+	own, err = ownCgroups()
+	return fsType(root) == "cgroup2", own, err
+}
+
 // ownCgroups maps each v1 controller (and "" for v2) to the daemon's cgroup
 // path, from /proc/self/cgroup.
 func ownCgroups() (map[string]string, error) {
@@ -271,15 +282,15 @@ func fsType(dir string) string {
 // with prefix and that stale says are left over (a daemon killed with
 // SIGKILL cannot remove its own). Only empty groups can be removed at all.
 func Prune(prefix string, stale func(name string) bool) {
-	own, err := ownCgroups()
+	v2, own, err := locate()
 	if err != nil {
 		return
 	}
 	var parents []string
-	if fsType(root) == "cgroup2" {
+	if v2 {
 		parents = []string{filepath.Join(root, own[""])}
 	} else {
-		for _, ctrl := range []string{"pids", "memory", "cpu"} {
+		for _, ctrl := range controllers {
 			if path, ok := own[ctrl]; ok {
 				parents = append(parents, filepath.Join(root, ctrl, path))
 			}

@@ -297,6 +297,10 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.warnings = warnings
 	d.target = join.Target{PID: holder.PID, Namespaces: holder.Namespaces,
 		Limits: join.Limits{OOMScoreAdj: sessionOOMScoreAdj, MaxProcs: cfg.AgentMaxProcs}}
+	if err := d.target.Hold(); err != nil {
+		return nil, fmt.Errorf("build the sandbox: %w", err)
+	}
+	cu.Add(d.target.Release)
 	cgroup.Prune(agentCgroupPrefix, holderGone)
 	if g, err := cgroup.Create(fmt.Sprintf("%s%d", agentCgroupPrefix, holder.PID), d.cgroupLimits()); err != nil {
 		d.cgroupNote = err.Error()
@@ -313,6 +317,8 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 
 func (d *Daemon) serve(ctx context.Context) error {
 	defer d.lockFile.Close()
+	// Last: every session, grading and health check has ended by then.
+	defer d.target.Release()
 	defer d.holder.Kill()
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()

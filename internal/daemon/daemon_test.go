@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/internal/procfs"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 )
@@ -342,12 +342,8 @@ func TestStatusReportsSandbox(t *testing.T) {
 // gone reports whether pid has exited (a zombie waiting for a reaper that is
 // not us counts as gone).
 func gone(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i > 0 && i+2 < len(b) && b[i+2] == 'Z'
+	st, err := procfs.ReadStat(pid)
+	return err != nil || st.State == 'Z'
 }
 
 // exec -t: a real terminal from the sandbox's devpts, with the size asked for.
@@ -415,13 +411,8 @@ func sandboxSleeps(t *testing.T, s *served) []int {
 	t.Helper()
 	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", s.d.holder.PID))
 	require.NoError(t, err)
-	entries, _ := os.ReadDir("/proc")
 	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, pid := range procfs.PIDs() {
 		theirs, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
 		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 		if theirs == ns && strings.TrimSpace(string(comm)) == "sleep" {

@@ -1,16 +1,14 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/procfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -74,27 +72,10 @@ func reapOrphans(ctx context.Context, log *slog.Logger) (stop func()) {
 
 // zombieChildren lists our children that have exited and not been waited for.
 func zombieChildren() []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	me := strconv.Itoa(os.Getpid())
+	me := os.Getpid()
 	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := bytes.Fields(b[i+1:])
-		if len(f) > 1 && string(f[0]) == "Z" && string(f[1]) == me {
+	for _, pid := range procfs.PIDs() {
+		if st, err := procfs.ReadStat(pid); err == nil && st.State == 'Z' && st.PPID == me {
 			out = append(out, pid)
 		}
 	}

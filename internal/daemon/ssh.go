@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/internal/procfs"
 	"github.com/sandboxd/sandboxd/pkg/sshd"
 )
 
@@ -133,12 +134,8 @@ func (d *Daemon) holderGone() bool {
 		return true
 	default:
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.holder.PID))
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i > 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
+	st, err := procfs.ReadStat(d.holder.PID)
+	return err != nil || st.State == 'Z' || st.State == 'X'
 }
 
 // harnessCommand runs one control command for a harness key. Nothing else:

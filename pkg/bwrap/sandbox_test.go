@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/procfs"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 )
@@ -248,19 +249,9 @@ func TestLesson9_RefusedIDMapKillsHolder(t *testing.T) {
 // countChildren counts this process's live children.
 func countChildren() int {
 	n := 0
-	entries, _ := os.ReadDir("/proc")
-	me := fmt.Sprintf(" %d ", os.Getpid())
-	for _, e := range entries {
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		if i := strings.LastIndexByte(s, ')'); i > 0 && strings.HasPrefix(s[i+3:], "") {
-			f := strings.Fields(s[i+2:])
-			if len(f) > 1 && " "+f[1]+" " == me && f[0] != "Z" {
-				n++
-			}
+	for _, pid := range procfs.PIDs() {
+		if st, err := procfs.ReadStat(pid); err == nil && st.PPID == os.Getpid() && st.State != 'Z' {
+			n++
 		}
 	}
 	return n

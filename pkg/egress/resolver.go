@@ -1,16 +1,15 @@
 package egress
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/imagefile"
 	"golang.org/x/net/dns/dnsmessage"
 )
 
@@ -61,27 +60,19 @@ func (r *SnapshotResolver) WithServers(servers ...string) *SnapshotResolver {
 	return r
 }
 
+// eachLine calls fn with the fields of each line of a hosts or resolv.conf
+// file, comments removed.
 func eachLine(path string, fn func([]string)) error {
-	f, err := os.OpenFile(path, os.O_RDONLY|nonblock, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("read %s: %w", path, err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return fmt.Errorf("read %s: not a regular file", path)
-	}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line, _, _ := strings.Cut(sc.Text(), "#")
+	return imagefile.Lines(path, maxSnapshotFile, func(line string) {
+		line, _, _ = strings.Cut(line, "#")
 		if f := strings.Fields(line); len(f) > 0 {
 			fn(f)
 		}
-	}
-	return sc.Err()
+	})
 }
+
+// maxSnapshotFile bounds how much of /etc/hosts or /etc/resolv.conf is read.
+const maxSnapshotFile = 16 << 20
 
 // LookupNetIP implements Resolver: the snapshot's hosts first, then A and
 // AAAA queries to the snapshot's servers, the first that answers winning.

@@ -1,15 +1,12 @@
 package idmap
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
-	"os"
+	"github.com/sandboxd/sandboxd/internal/imagefile"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 )
 
 // maxUserDB bounds how much of a passwd or group file is read.
@@ -160,34 +157,16 @@ func readGroup(path string) ([]groupEntry, error) {
 }
 
 // scanColonFile calls fn with the fields of each well-formed line; a missing
-// file is an empty one, as for Docker on images without /etc/passwd.
-//
-// The files are the image's, in a filesystem the agent can write: only a
-// regular file is read (a FIFO there would hang whoever asks), and only so
-// much of it.
+// file is an empty one, as for Docker on images without /etc/passwd. The
+// files are the image's, which the agent can write: imagefile reads them.
 func scanColonFile(path string, fields int, fn func([]string)) error {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("read %s: %w", path, err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return fmt.Errorf("read %s: not a regular file", path)
-	}
-	sc := bufio.NewScanner(io.LimitReader(f, maxUserDB))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
+	return imagefile.Lines(path, maxUserDB, func(line string) {
+		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
-			continue
+			return
 		}
-		parts := strings.Split(line, ":")
-		if len(parts) < fields {
-			continue
+		if parts := strings.Split(line, ":"); len(parts) >= fields {
+			fn(parts[:fields])
 		}
-		fn(parts[:fields])
-	}
-	return sc.Err()
+	})
 }

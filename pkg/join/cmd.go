@@ -100,11 +100,14 @@ func (c *Cmd) Start() error {
 		if !slices.Contains(c.namespaces, kind) {
 			continue
 		}
-		f, err := os.Open(fmt.Sprintf("/proc/%d/ns/%s", c.target.PID, kind))
-		if err != nil {
-			return fmt.Errorf("open the sandbox's %s namespace: %w (has it ended? see sandboxd status)", kind, err)
+		f := c.target.held[kind]
+		if f == nil {
+			var err error
+			if f, err = os.Open(fmt.Sprintf("/proc/%d/ns/%s", c.target.PID, kind)); err != nil {
+				return fmt.Errorf("open the sandbox's %s namespace: %w (has it ended? see sandboxd status)", kind, err)
+			}
+			c.closeAfterStart = append(c.closeAfterStart, f)
 		}
-		c.closeAfterStart = append(c.closeAfterStart, f)
 		plan.namespaces = append(plan.namespaces, int(f.Fd()))
 		plan.pidNS = plan.pidNS || kind == "pid"
 	}
@@ -154,6 +157,7 @@ func (c *Cmd) Start() error {
 	runtime.KeepAlive(stdio)
 	runtime.KeepAlive(c.ExtraFiles)
 	runtime.KeepAlive(c.target.Limits.Cgroup)
+	runtime.KeepAlive(c.target.held)
 
 	// The report: the pid of the second copy when there is one, then a
 	// failure if one happened; EOF once the role has been exec'd (or every

@@ -36,9 +36,8 @@ import (
 type enterPlan struct {
 	tty        bool
 	filter     *unix.SockFprog
-	filterProg []unix.SockFilter // what filter points at
-	dropCaps   []uintptr         // capabilities to drop from the bounding set
-	oomPath    *byte             // /proc/self/oom_score_adj, or nil
+	dropCaps   []uintptr // capabilities to drop from the bounding set
+	oomPath    *byte     // /proc/self/oom_score_adj, or nil
 	oomValue   []byte
 	nproc      *unix.Rlimit // RLIMIT_NPROC, or nil
 	groups     []uint32
@@ -86,8 +85,7 @@ func planEnter(s Spec, limits Limits) (*enterPlan, error) {
 	if e.dirName == "" {
 		e.dirName = "/"
 	}
-	e.filterProg = userNamespaceFilter(abis)
-	e.filter = &unix.SockFprog{Len: uint16(len(e.filterProg)), Filter: &e.filterProg[0]}
+	e.filter = namespaceFilter()
 	if limits.OOMScoreAdj != 0 {
 		e.oomPath = bytePtr("/proc/self/oom_score_adj")
 		e.oomValue = []byte(strconv.Itoa(limits.OOMScoreAdj))
@@ -182,6 +180,12 @@ func (e *enterPlan) failure(stage int32, errno syscall.Errno) *SetupError {
 	}
 	return nil
 }
+
+// namespaceFilter is userNamespaceFilter for this machine's ABIs, built once.
+var namespaceFilter = sync.OnceValue(func() *unix.SockFprog {
+	prog := userNamespaceFilter(abis)
+	return &unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+})
 
 // capsToDrop lists every capability outside keep, up to the kernel's last,
 // so that neither root nor a setuid binary can regain it.

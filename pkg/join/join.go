@@ -27,8 +27,11 @@ package join
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -42,6 +45,33 @@ type Target struct {
 	Namespaces []string // the namespaces it owns, by /proc/PID/ns name (bwrap.Holder.Namespaces)
 	// Limits apply to every process started by Command: the agent's side.
 	Limits Limits
+
+	// held are the namespaces Hold opened, by name.
+	held map[string]*os.File
+}
+
+// Hold opens the target's namespaces once, for every join after it: no
+// /proc lookups per session, and no joining another process that gets the
+// holder's pid should the holder end. Release closes them, once nothing
+// joins any more.
+func (t *Target) Hold() error {
+	held := map[string]*os.File{}
+	for _, kind := range t.Namespaces {
+		f, err := os.Open(fmt.Sprintf("/proc/%d/ns/%s", t.PID, kind))
+		if err != nil {
+			closeAll(slices.Collect(maps.Values(held)))
+			return fmt.Errorf("open the sandbox's %s namespace: %w", kind, err)
+		}
+		held[kind] = f
+	}
+	t.held = held
+	return nil
+}
+
+// Release closes what Hold opened.
+func (t *Target) Release() {
+	closeAll(slices.Collect(maps.Values(t.held)))
+	t.held = nil
 }
 
 // Limits bound the agent's processes where no cgroup can be had (a plain

@@ -1,56 +1,19 @@
 package join
 
 import (
-	"bytes"
-	"fmt"
-	"os"
-	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/procfs"
 	"golang.org/x/sys/unix"
 )
-
-// allPIDs lists the processes visible in the substrate's pid namespace.
-func allPIDs() []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	out := make([]int, 0, len(entries))
-	for _, e := range entries {
-		if n, err := strconv.Atoi(e.Name()); err == nil {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-// parentOf reads a process's parent from /proc/PID/stat (the field after the
-// parenthesised command name, which may itself hold spaces and parentheses).
-func parentOf(pid int) (int, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+4 > len(b) {
-		return 0, false
-	}
-	f := bytes.Fields(b[i+2:])
-	if len(f) < 2 {
-		return 0, false
-	}
-	ppid, err := strconv.Atoi(string(f[1]))
-	return ppid, err == nil
-}
 
 // Descendants lists every process below root, found by walking parent links.
 func Descendants(root int) []int {
 	children := map[int][]int{}
-	for _, p := range allPIDs() {
-		if ppid, ok := parentOf(p); ok {
-			children[ppid] = append(children[ppid], p)
+	for _, p := range procfs.PIDs() {
+		if st, err := procfs.ReadStat(p); err == nil {
+			children[st.PPID] = append(children[st.PPID], p)
 		}
 	}
 	var out []int

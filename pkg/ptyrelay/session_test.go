@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/procfs"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
@@ -407,12 +408,9 @@ func TestLesson24_OrphansNeverReachTheDaemon(t *testing.T) {
 }
 
 func parentOf(t *testing.T, pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procfs.ReadStat(pid)
 	require.NoError(t, err)
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-	ppid, err := strconv.Atoi(f[1])
-	require.NoError(t, err)
-	return ppid
+	return st.PPID
 }
 
 // slowWriter accepts a little at a time, as a client with a small window.

@@ -1,0 +1,55 @@
+// Package procfs reads the processes that /proc shows: their pids and the
+// fields of /proc/PID/stat that sandboxd acts on.
+package procfs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+)
+
+// PIDs lists the processes visible in this pid namespace.
+func PIDs() []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	out := make([]int, 0, len(entries))
+	for _, e := range entries {
+		if n, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Stat is what sandboxd reads of /proc/PID/stat.
+type Stat struct {
+	State byte // R, S, D, Z, T, …
+	PPID  int
+}
+
+// ReadStat reads /proc/PID/stat. The command name sits in parentheses and
+// may itself hold spaces and parentheses, so the fields are counted from
+// the last ')'.
+func ReadStat(pid int) (Stat, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return Stat{}, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return Stat{}, errors.New("procfs: no command name in " + strconv.Itoa(pid) + "/stat")
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 2 || len(f[0]) != 1 {
+		return Stat{}, fmt.Errorf("procfs: short /proc/%d/stat", pid)
+	}
+	ppid, err := strconv.Atoi(string(f[1]))
+	if err != nil {
+		return Stat{}, fmt.Errorf("procfs: /proc/%d/stat: %w", pid, err)
+	}
+	return Stat{State: f[0][0], PPID: ppid}, nil
+}
