@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"sync"
 	"time"
 )
 
@@ -139,7 +138,12 @@ func drain(br *bufio.Reader, c net.Conn, size int64) (int64, error) {
 }
 
 func throughput(n int64, d time.Duration) clientResult {
-	return clientResult{Bytes: n, Seconds: d.Seconds(), MiBps: float64(n) / (1 << 20) / d.Seconds()}
+	return clientResult{Bytes: n, Seconds: d.Seconds(), MiBps: mibPerSec(n, d)}
+}
+
+// mibPerSec is the rate of n bytes in d, in MiB/s.
+func mibPerSec(n int64, d time.Duration) float64 {
+	return float64(n) / (1 << 20) / d.Seconds()
 }
 
 func httpClient(proxy string) *http.Client {
@@ -226,37 +230,26 @@ func clientTunnels(proxy, target string, conc int, dur time.Duration) (clientRes
 			t.c.Close()
 		}
 	}()
-	var wg sync.WaitGroup
-	lats := make([]samples, conc)
-	errs := make([]error, conc)
 	end := time.Now().Add(dur)
-	for i, t := range tuns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			msg := make([]byte, 64)
-			back := make([]byte, 64)
-			for time.Now().Before(end) {
-				t0 := time.Now()
-				if _, err := t.c.Write(msg); err != nil {
-					errs[i] = err
-					return
-				}
-				if _, err := io.ReadFull(t.br, back); err != nil {
-					errs[i] = err
-					return
-				}
-				lats[i] = append(lats[i], ms(time.Since(t0)))
+	all, err := inParallel(conc, func(i int) (samples, error) {
+		t := tuns[i]
+		msg := make([]byte, 64)
+		back := make([]byte, 64)
+		var lat samples
+		for time.Now().Before(end) {
+			t0 := time.Now()
+			if _, err := t.c.Write(msg); err != nil {
+				return nil, err
 			}
-		}()
-	}
-	wg.Wait()
-	var all samples
-	for i := range lats {
-		if errs[i] != nil {
-			return clientResult{}, errs[i]
+			if _, err := io.ReadFull(t.br, back); err != nil {
+				return nil, err
+			}
+			lat = append(lat, ms(time.Since(t0)))
 		}
-		all = append(all, lats[i]...)
+		return lat, nil
+	})
+	if err != nil {
+		return clientResult{}, err
 	}
 	return clientResult{P50: all.pct(50), P99: all.pct(99), Count: len(all)}, nil
 }

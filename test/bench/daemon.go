@@ -52,16 +52,30 @@ func (b *bench) mainDaemon(ctx context.Context) (*daemon, error) {
 	return d, nil
 }
 
-// startDaemon starts `sandboxd serve` on a fresh harness dir under /media
-// and waits until it is ready.
-func (b *bench) startDaemon(ctx context.Context, name string, extra ...string) (*daemon, error) {
-	harness := fmt.Sprintf("/media/sandboxd-bench-%d-%s", os.Getpid(), name)
-	os.RemoveAll(harness)
-	b.cleanup.Add("remove "+harness, func() { os.RemoveAll(harness) })
+// harnessDir is the harness dir of the daemon the benchmark calls name, under
+// /media and unique to this run.
+func harnessDir(name string) string {
+	return fmt.Sprintf("/media/sandboxd-bench-%d-%s", os.Getpid(), name)
+}
+
+// serveCmd is the `sandboxd serve` every daemon of the benchmark runs, the
+// timed ones of the ready row included: SSH on a loopback port, --host
+// because this machine is not a container, and a text log (recordPhases
+// reads it); extra flags come last, so they override.
+func (b *bench) serveCmd(harness string, extra ...string) *exec.Cmd {
 	args := append([]string{"serve", "--harness-dir", harness, "--listen", "127.0.0.1:0", "--host", "--log-format", "text"}, extra...)
 	cmd := exec.Command(b.opt.sandboxd, args...)
 	cmd.Dir = "/"
-	p, err := b.startProc("sandboxd serve ("+name+")", cmd, filepath.Join(b.tmp, "serve-"+name+".log"), syscall.SIGTERM)
+	return cmd
+}
+
+// startDaemon starts `sandboxd serve` on a fresh harness dir under /media
+// and waits until it is ready.
+func (b *bench) startDaemon(ctx context.Context, name string, extra ...string) (*daemon, error) {
+	harness := harnessDir(name)
+	os.RemoveAll(harness)
+	b.cleanup.Add("remove "+harness, func() { os.RemoveAll(harness) })
+	p, err := b.startProc("sandboxd serve ("+name+")", b.serveCmd(harness, extra...), filepath.Join(b.tmp, "serve-"+name+".log"), syscall.SIGTERM)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +120,7 @@ func (d *daemon) checkAlive() error {
 	return nil
 }
 
-// execArgv is `sandboxd exec --harness-dir H -- argv...`.
+// execCmd is `sandboxd exec --harness-dir H -- argv...`.
 func (b *bench) execCmd(d *daemon, argv ...string) *exec.Cmd {
 	return exec.Command(b.opt.sandboxd, append([]string{"exec", "--harness-dir", d.harness, "--"}, argv...)...)
 }

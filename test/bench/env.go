@@ -87,7 +87,7 @@ func describeMachine(ctx context.Context, o options) machine {
 			}
 		}
 	}
-	if kb := meminfo("MemTotal:"); kb > 0 {
+	if kb := kbField("/proc/meminfo", "MemTotal:"); kb > 0 {
 		m.memory = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
 	}
 	m.kernel = firstLine(output(ctx, "uname", "-r"))
@@ -133,19 +133,4 @@ func loadavg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
-}
-
-func meminfo(field string) int {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, field) {
-			var kb int
-			fmt.Sscan(strings.TrimPrefix(line, field), &kb)
-			return kb
-		}
-	}
-	return 0
 }

@@ -115,8 +115,7 @@ func run() int {
 		b.cleanup.Run()
 		os.Exit(130)
 	}()
-	code := b.main(ctx)
-	return code
+	return b.main(ctx)
 }
 
 func knownGroup(name string) bool {
@@ -147,7 +146,6 @@ func (b *bench) main(ctx context.Context) (code int) {
 		b.logf("setup failed: %v", err)
 		return 1
 	}
-	failed := 0
 	for _, g := range groups {
 		if b.opt.only != nil && !b.opt.only[g.name] {
 			continue
@@ -158,7 +156,6 @@ func (b *bench) main(ctx context.Context) (code int) {
 		b.logf("== %s", g.name)
 		t0 := time.Now()
 		if err := g.run(ctx, b); err != nil {
-			failed++
 			b.failures = append(b.failures, fmt.Sprintf("%s: %v", g.name, err))
 			b.logf("%s FAILED: %v", g.name, err)
 		}
@@ -178,7 +175,7 @@ func (b *bench) main(ctx context.Context) (code int) {
 	if ctx.Err() != nil {
 		return 130
 	}
-	if failed > 0 {
+	if len(b.failures) > 0 {
 		return 1
 	}
 	return 0

@@ -3,13 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
-	"time"
 
 	"golang.org/x/crypto/ssh"
 )
@@ -95,45 +91,9 @@ SetEnv SHLVL=1
 	if out, err := runCmd(ctx, sshd, "-t", "-f", conf); err != nil {
 		return nil, fmt.Errorf("sshd refuses the generated config: %w: %s", err, out)
 	}
-	cmd := exec.Command(sshd, "-D", "-e", "-f", conf)
-	p, err := b.startProc("OpenSSH "+name, cmd, filepath.Join(dir, "sshd.log"), syscall.SIGTERM)
+	p, addr, err := b.startServer(ctx, "OpenSSH "+name, exec.Command(sshd, "-D", "-e", "-f", conf), filepath.Join(dir, "sshd.log"), port)
 	if err != nil {
 		return nil, err
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	if !waitFor(ctx, 10*time.Second, 10*time.Millisecond, func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil || p.Exited()
-	}) || p.Exited() {
-		return nil, fmt.Errorf("sshd did not start: %s", p.LogTail())
-	}
-	b.logf("OpenSSH %s listening on %s (pid %d)", name, addr, p.PID())
 	return &openSSH{p: p, addr: addr}, nil
-}
-
-// freePort is a loopback TCP port nothing listens on right now.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// treeMemory is the memory of pid and its descendants: the sum of RSS, and
-// the sum of PSS (shared pages split among the processes that map them, the
-// fairer figure for a forking server like sshd).
-func treeMemory(pid int, onlyComm string) (rss, pss int) {
-	for _, p := range descendants(pid) {
-		if onlyComm != "" && !strings.HasPrefix(commName(p), onlyComm) {
-			continue
-		}
-		rss += rssKB(p)
-		pss += pssKB(p)
-	}
-	return rss, pss
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,35 +68,38 @@ func pick[T any](b *bench, full, quick T) T {
 // cleanupStack undoes the run's side effects, last first, exactly once.
 type cleanupStack struct {
 	mu    sync.Mutex
-	fns   []func()
-	names []string
+	steps []cleanupStep
+}
+
+type cleanupStep struct {
+	name string
+	fn   func()
 }
 
 func (c *cleanupStack) Add(name string, fn func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.fns = append(c.fns, fn)
-	c.names = append(c.names, name)
+	c.steps = append(c.steps, cleanupStep{name, fn})
 }
 
 func (c *cleanupStack) Run() {
 	for {
 		c.mu.Lock()
-		n := len(c.fns)
+		n := len(c.steps)
 		if n == 0 {
 			c.mu.Unlock()
 			return
 		}
-		fn, name := c.fns[n-1], c.names[n-1]
-		c.fns, c.names = c.fns[:n-1], c.names[:n-1]
+		step := c.steps[n-1]
+		c.steps = c.steps[:n-1]
 		c.mu.Unlock()
 		func() {
 			defer func() {
 				if r := recover(); r != nil {
-					fmt.Fprintf(os.Stderr, "[bench] cleanup %s: %v\n", name, r)
+					fmt.Fprintf(os.Stderr, "[bench] cleanup %s: %v\n", step.name, r)
 				}
 			}()
-			fn()
+			step.fn()
 		}()
 	}
 }
@@ -243,38 +247,49 @@ func (b *bench) leftovers() string {
 	return strings.Join(left, ", ")
 }
 
-// rssKB is VmRSS of pid in KiB, from /proc/PID/status.
-func rssKB(pid int) int {
-	return statusField(pid, "VmRSS:")
-}
-
-func statusField(pid int, field string) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+// startServer starts a server that is to listen on 127.0.0.1:port (stopped
+// with SIGTERM, its output in logPath) and waits until it accepts
+// connections.
+func (b *bench) startServer(ctx context.Context, name string, cmd *exec.Cmd, logPath string, port int) (*proc, string, error) {
+	p, err := b.startProc(name, cmd, logPath, syscall.SIGTERM)
 	if err != nil {
-		return 0
+		return nil, "", err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, field) {
-			f := strings.Fields(line)
-			if len(f) >= 2 {
-				n, _ := strconv.Atoi(f[1])
-				return n
-			}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	ok := waitFor(ctx, 30*time.Second, 20*time.Millisecond, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
 		}
+		return err == nil || p.Exited()
+	})
+	if !ok || p.Exited() {
+		return nil, "", fmt.Errorf("%s did not start listening on %s: %s", name, addr, p.LogTail())
 	}
-	return 0
+	b.logf("%s listening on %s (pid %d)", name, addr, p.PID())
+	return p, addr, nil
 }
 
-// pssKB is the proportional set size of pid (shared pages divided among
-// their users), from smaps_rollup.
-func pssKB(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+// freePort is a loopback TCP port nothing listens on right now.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// kbField is the number after field (e.g. "VmRSS:") in a /proc file made of
+// "Key: N kB" lines (status, smaps_rollup, meminfo); 0 when the file or the
+// field is missing.
+func kbField(path, field string) int {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "Pss:") {
-			f := strings.Fields(line)
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
 			n, _ := strconv.Atoi(f[1])
 			return n
 		}
@@ -282,8 +297,44 @@ func pssKB(pid int) int {
 	return 0
 }
 
-// descendants lists pid and every process below it.
-func descendants(pid int) []int {
+// rssKB is VmRSS of pid in KiB, from /proc/PID/status.
+func rssKB(pid int) int {
+	return kbField(fmt.Sprintf("/proc/%d/status", pid), "VmRSS:")
+}
+
+// pssKB is the proportional set size of pid (shared pages divided among
+// their users), from smaps_rollup.
+func pssKB(pid int) int {
+	return kbField(fmt.Sprintf("/proc/%d/smaps_rollup", pid), "Pss:")
+}
+
+// procStat is one process's /proc/PID/stat.
+type procStat struct {
+	pid  int
+	comm string   // field 2, without its parentheses
+	rest []string // fields 3 on: rest[0] is the state, rest[1] the parent
+}
+
+// readStat reads /proc/PID/stat. The command name may hold spaces and
+// parentheses: the fields are split after the last ')'.
+func readStat(pid int) (procStat, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procStat{}, false
+	}
+	s := string(b)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open {
+		return procStat{}, false
+	}
+	return procStat{pid: pid, comm: s[open+1 : end], rest: strings.Fields(s[end+1:])}, true
+}
+
+// processTree is pid and every process below it, parents first, each with
+// the stat it was found by: one read of /proc/*/stat serves both the tree
+// and the figures taken from it.
+func processTree(pid int) []procStat {
+	stats := map[int]procStat{}
 	children := map[int][]int{}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -291,28 +342,23 @@ func descendants(pid int) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-		if err != nil {
+		st, ok := readStat(p)
+		if !ok || len(st.rest) < 2 {
 			continue
 		}
-		// The command name may hold spaces and parentheses: parse after the last ')'.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 {
-			continue
-		}
-		pp, _ := strconv.Atoi(f[1])
+		pp, _ := strconv.Atoi(st.rest[1])
+		stats[p] = st
 		children[pp] = append(children[pp], p)
 	}
-	out := []int{pid}
-	for i := 0; i < len(out); i++ {
-		out = append(out, children[out[i]]...)
+	var tree []procStat
+	ids := []int{pid}
+	for i := 0; i < len(ids); i++ {
+		ids = append(ids, children[ids[i]]...)
+		if st, ok := stats[ids[i]]; ok {
+			tree = append(tree, st)
+		}
 	}
-	return out
+	return tree
 }
 
 // treeCPU is the CPU time, in ms, that pid and everything below it have used
@@ -321,23 +367,13 @@ func descendants(pid int) []int {
 // once, in the process that waited for it.)
 func treeCPU(pid int) float64 {
 	var ticks int64
-	for _, p := range descendants(pid) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-		if err != nil {
+	for _, st := range processTree(pid) {
+		if len(st.rest) < 15 {
 			continue
 		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 15 {
-			continue
-		}
-		// After the command name: state is field 3 of stat, so utime (14),
-		// stime, cutime, cstime (17) are f[11..14].
-		for _, v := range f[11:15] {
+		// rest[0] is field 3 of stat, so utime (14), stime, cutime, cstime
+		// (17) are rest[11..14].
+		for _, v := range st.rest[11:15] {
 			n, _ := strconv.ParseInt(v, 10, 64)
 			ticks += n
 		}
@@ -348,10 +384,17 @@ func treeCPU(pid int) float64 {
 // clockTicks is USER_HZ, which Linux fixes at 100 for /proc.
 const clockTicks = 100
 
-// commName is /proc/PID/comm.
-func commName(pid int) string {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	return strings.TrimSpace(string(b))
+// treePSS is the proportional set size, in KiB, of pid and the processes
+// below it whose command name starts with comm: shared pages split among the
+// processes that map them, the fair figure for a forking server like sshd.
+func treePSS(pid int, comm string) int {
+	kb := 0
+	for _, st := range processTree(pid) {
+		if strings.HasPrefix(st.comm, comm) {
+			kb += pssKB(st.pid)
+		}
+	}
+	return kb
 }
 
 // waitFor polls cond every step until it holds or the timeout passes.

@@ -12,7 +12,6 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 )
 
@@ -125,33 +124,37 @@ func serveHTTPUpstream(ln net.Listener) {
 // serveStream reads an 8-byte big-endian count and writes that many zeros,
 // as often as asked.
 func serveStream(ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			var req [8]byte
-			for {
-				if _, err := io.ReadFull(c, req[:]); err != nil {
+	eachConn(ln, func(c net.Conn) {
+		var req [8]byte
+		for {
+			if _, err := io.ReadFull(c, req[:]); err != nil {
+				return
+			}
+			n := int64(binary.BigEndian.Uint64(req[:]))
+			for n > 0 {
+				k := min(n, int64(len(zeros)))
+				if _, err := c.Write(zeros[:k]); err != nil {
 					return
 				}
-				n := int64(binary.BigEndian.Uint64(req[:]))
-				for n > 0 {
-					k := min(n, int64(len(zeros)))
-					if _, err := c.Write(zeros[:k]); err != nil {
-						return
-					}
-					n -= k
-				}
+				n -= k
 			}
-		}()
-	}
+		}
+	})
 }
 
 // serveEcho writes back whatever it reads.
 func serveEcho(ln net.Listener) {
+	eachConn(ln, func(c net.Conn) {
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+		}
+		io.CopyBuffer(c, c, make([]byte, 4096))
+	})
+}
+
+// eachConn serves every connection ln accepts with handle, in a goroutine of
+// its own, and closes it after; it returns once ln is closed.
+func eachConn(ln net.Listener, handle func(net.Conn)) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -159,10 +162,7 @@ func serveEcho(ln net.Listener) {
 		}
 		go func() {
 			defer c.Close()
-			if tc, ok := c.(*net.TCPConn); ok {
-				tc.SetNoDelay(true)
-			}
-			io.CopyBuffer(c, c, make([]byte, 4096))
+			handle(c)
 		}()
 	}
 }
@@ -202,16 +202,8 @@ ViaProxyName "tinyproxy"
 	if err != nil {
 		return "", err
 	}
-	p, err := b.startProc("tinyproxy", exec.Command(bin, "-d", "-c", conf), filepath.Join(dir, "stderr.log"), syscall.SIGTERM)
-	if err != nil {
-		return "", err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	if err := waitListening(ctx, p, addr); err != nil {
-		return "", err
-	}
-	b.logf("tinyproxy listening on %s (pid %d)", addr, p.PID())
-	return addr, nil
+	_, addr, err := b.startServer(ctx, "tinyproxy", exec.Command(bin, "-d", "-c", conf), filepath.Join(dir, "stderr.log"), port)
+	return addr, err
 }
 
 // startSquid runs squid in the foreground with no cache (nothing of the
@@ -251,30 +243,8 @@ shutdown_lifetime 0 seconds
 	if out, err := runCmd(ctx, bin, "-k", "parse", "-f", conf); err != nil {
 		return "", fmt.Errorf("squid refuses the generated config: %w: %s", err, out)
 	}
-	p, err := b.startProc("squid", exec.Command(bin, "-N", "-f", conf), filepath.Join(dir, "stderr.log"), syscall.SIGTERM)
-	if err != nil {
-		return "", err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	if err := waitListening(ctx, p, addr); err != nil {
-		return "", err
-	}
-	b.logf("squid listening on %s (pid %d)", addr, p.PID())
-	return addr, nil
-}
-
-func waitListening(ctx context.Context, p *proc, addr string) error {
-	ok := waitFor(ctx, 30*time.Second, 20*time.Millisecond, func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil || p.Exited()
-	})
-	if !ok || p.Exited() {
-		return fmt.Errorf("%s did not start listening on %s: %s", p.name, addr, p.LogTail())
-	}
-	return nil
+	_, addr, err := b.startServer(ctx, "squid", exec.Command(bin, "-N", "-f", conf), filepath.Join(dir, "stderr.log"), port)
+	return addr, err
 }
 
 // ownedDir creates dir owned by the named user, for a server that drops to it.

@@ -51,7 +51,7 @@ func (b *bench) mainTable() string {
 	}
 	for _, e := range b.egress {
 		rows = append(rows, []string{"Egress " + e.name, "direct", fmtNum(e.med(0)) + " " + e.unit, fmtNum(e.med(1)) + " " + e.unit,
-			fmt.Sprintf("%.3f×", e.med(1)/e.med(0)), e.targetText(), metText(e.met()), fmt.Sprint(len(e.vals[1]))})
+			fmt.Sprintf("%.3f×", e.vsDirect()), e.targetText(), metText(e.met()), fmt.Sprint(len(e.vals[1]))})
 	}
 	return table([]string{"benchmark", "peer", "peer median", "sandboxd median", "sandboxd / peer", "target", "", "n"}, rows)
 }
@@ -63,10 +63,10 @@ func (b *bench) egressTable() string {
 	var rows [][]string
 	for _, e := range b.egress {
 		row := []string{e.name}
-		for i := range 4 {
+		for i := range e.vals {
 			row = append(row, fmtNum(e.med(i))+" "+e.unit)
 		}
-		row = append(row, fmt.Sprintf("%.3f×", e.med(1)/e.med(0)),
+		row = append(row, fmt.Sprintf("%.3f×", e.vsDirect()),
 			fmt.Sprintf("%.2f×", e.med(1)/e.med(2)), fmt.Sprintf("%.2f×", e.med(1)/e.med(3)), e.targetText(), metText(e.met()))
 		rows = append(rows, row)
 	}
@@ -169,8 +169,8 @@ func (b *bench) missed() []string {
 	for _, e := range b.egress {
 		if !e.met() {
 			var why []string
-			if e.target > 0 && e.med(1)/e.med(0) < e.target {
-				why = append(why, fmt.Sprintf("%.3f× direct", e.med(1)/e.med(0)))
+			if e.target > 0 && e.vsDirect() < e.target {
+				why = append(why, fmt.Sprintf("%.3f× direct", e.vsDirect()))
 			}
 			if !e.aheadOfPeers() {
 				why = append(why, fmt.Sprintf("tinyproxy %s, squid %s %s", fmtNum(e.med(2)), fmtNum(e.med(3)), e.unit))

@@ -23,6 +23,9 @@ type egressRow struct {
 
 func (r *egressRow) med(i int) float64 { return r.vals[i].median() }
 
+// vsDirect is sandboxd's median over the direct side's.
+func (r *egressRow) vsDirect() float64 { return r.med(1) / r.med(0) }
+
 // aheadOfPeers says whether sandboxd beats tinyproxy and squid.
 func (r *egressRow) aheadOfPeers() bool {
 	o := r.med(1)
@@ -39,7 +42,7 @@ func (r *egressRow) met() bool {
 		return false
 	}
 	if r.target > 0 {
-		return r.med(1)/r.med(0) >= r.target
+		return r.vsDirect() >= r.target
 	}
 	return true
 }
@@ -128,7 +131,7 @@ func benchEgress(ctx context.Context, b *bench) error {
 	// Small requests: each client run gives its own p50 and p99; the row
 	// shows the median over runs.
 	n := fmt.Sprint(pick(b, 2000, 200))
-	var p50s, p99s = make([]samples, 4), make([]samples, 4)
+	p50s, p99s := make([]samples, len(ps.sides)), make([]samples, len(ps.sides))
 	for r := 0; r < rounds+1; r++ {
 		for i, side := range ps.sides {
 			res, err := b.runSide(ctx, ps, side, "-mode", "small", "-target", ps.httpUp, "-n", n)
@@ -150,10 +153,10 @@ func benchEgress(ctx context.Context, b *bench) error {
 func (b *bench) addEgress(r *egressRow) {
 	b.egress = append(b.egress, r)
 	var parts []string
-	for i, side := range []string{"direct", "sandboxd", "tinyproxy", "squid"} {
-		parts = append(parts, fmt.Sprintf("%s %s", side, fmtNum(r.med(i))))
+	for i, side := range b.proxies.sides {
+		parts = append(parts, fmt.Sprintf("%s %s", side.name, fmtNum(r.med(i))))
 	}
-	b.logf("%s (%s): %s; sandboxd/direct %.3f (target %s) %s", r.name, r.unit, strings.Join(parts, ", "), r.med(1)/r.med(0), r.targetText(), verdict(r.met()))
+	b.logf("%s (%s): %s; sandboxd/direct %.3f (target %s) %s", r.name, r.unit, strings.Join(parts, ", "), r.vsDirect(), r.targetText(), verdict(r.met()))
 }
 
 // tunnelScaling measures the round trip of 64 bytes through 1, 10 and 100

@@ -32,11 +32,11 @@ func benchReady(ctx context.Context, b *bench) error {
 	if err := b.verifyBareMounts(argv); err != nil {
 		return err
 	}
-	harness := fmt.Sprintf("/media/sandboxd-bench-%d-ready", os.Getpid())
+	harness := harnessDir("ready")
 	b.cleanup.Add("remove "+harness, func() { os.RemoveAll(harness) })
 	rounds := pick(b, 30, 5)
 	s, err := alternate(ctx, 2, rounds,
-		func() (float64, error) { return argv.time(true) },
+		argv.time,
 		func() (float64, error) { return b.serveReady(ctx, harness) },
 	)
 	if err != nil {
@@ -164,8 +164,9 @@ exec %[2]s "$@"
 	return a, nil
 }
 
-// command is bare bwrap running argv with the captured options.
-func (a *bwrapArgs) command(argv ...string) (*exec.Cmd, []*os.File, error) {
+// command is bare bwrap running argv with the captured options; closeFiles
+// closes the descriptors it hands bwrap, once it has run.
+func (a *bwrapArgs) command(argv ...string) (cmd *exec.Cmd, closeFiles func(), err error) {
 	var files []*os.File
 	closeAll := func() {
 		for _, f := range files {
@@ -200,40 +201,34 @@ func (a *bwrapArgs) command(argv ...string) (*exec.Cmd, []*os.File, error) {
 		files = append(files, f)
 		extra = append(extra, f)
 	}
-	cmd := exec.Command(a.bwrap, append([]string{"--args", "3", "--"}, argv...)...)
+	cmd = exec.Command(a.bwrap, append([]string{"--args", "3", "--"}, argv...)...)
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.Dir = "/"
 	cmd.ExtraFiles = extra
-	return cmd, files, nil
+	return cmd, closeAll, nil
 }
 
 // time runs bare bwrap with `true` and returns its wall time in ms.
-func (a *bwrapArgs) time(_ bool) (float64, error) {
-	cmd, files, err := a.command("true")
+func (a *bwrapArgs) time() (float64, error) {
+	cmd, closeFiles, err := a.command("true")
 	if err != nil {
 		return 0, err
 	}
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
+	defer closeFiles()
 	return timeRun(cmd)
 }
 
 // verifyBareMounts compares the mount points of a bare bwrap with those of
 // the holder the options were captured from.
 func (b *bench) verifyBareMounts(a *bwrapArgs) error {
-	cmd, files, err := a.command("cat", "/proc/self/mountinfo")
+	cmd, closeFiles, err := a.command("cat", "/proc/self/mountinfo")
 	if err != nil {
 		return err
 	}
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	err = cmd.Run()
-	for _, f := range files {
-		f.Close()
-	}
+	closeFiles()
 	if err != nil {
 		return fmt.Errorf("bare bwrap: %w", err)
 	}
@@ -282,8 +277,7 @@ func (b *bench) serveReady(ctx context.Context, harness string) (float64, error)
 		return 0, err
 	}
 	defer log.Close()
-	cmd := exec.Command(b.opt.sandboxd, "serve", "--harness-dir", harness, "--listen", "127.0.0.1:0", "--host", "--log-format", "text")
-	cmd.Dir = "/"
+	cmd := b.serveCmd(harness)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	t0 := time.Now()

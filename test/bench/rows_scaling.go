@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -92,46 +91,32 @@ func concurrentExecs(ctx context.Context, t *sshTarget, n, count int) (samples, 
 		conns[i] = c
 	}
 	var refused atomic.Int64
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	lats := make([]samples, n)
-	errs := make([]error, n)
-	for w := 0; w < n; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := conns[w%len(conns)]
-			<-start
-			for k := 0; k < count && ctx.Err() == nil; k++ {
-				d, err := withTimeout(5*time.Minute, func() (time.Duration, error) {
-					t0 := time.Now()
-					for {
-						_, err := runOn(c, "true")
-						var oce *ssh.OpenChannelError
-						if errors.As(err, &oce) && oce.Reason == ssh.ResourceShortage && ctx.Err() == nil {
-							refused.Add(1)
-							time.Sleep(20 * time.Millisecond)
-							continue
-						}
-						return time.Since(t0), err
+	all, err := inParallel(n, func(w int) (samples, error) {
+		c := conns[w%len(conns)]
+		var lat samples
+		for k := 0; k < count && ctx.Err() == nil; k++ {
+			d, err := withTimeout(5*time.Minute, func() (time.Duration, error) {
+				t0 := time.Now()
+				for {
+					_, err := runOn(c, "true")
+					var oce *ssh.OpenChannelError
+					if errors.As(err, &oce) && oce.Reason == ssh.ResourceShortage && ctx.Err() == nil {
+						refused.Add(1)
+						time.Sleep(20 * time.Millisecond)
+						continue
 					}
-				})
-				if err != nil {
-					errs[w] = err
-					return
+					return time.Since(t0), err
 				}
-				lats[w] = append(lats[w], ms(d))
+			})
+			if err != nil {
+				return nil, err
 			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	var all samples
-	for w := range lats {
-		if errs[w] != nil {
-			return nil, int(refused.Load()), errs[w]
+			lat = append(lat, ms(d))
 		}
-		all = append(all, lats[w]...)
+		return lat, nil
+	})
+	if err == nil {
+		err = ctx.Err()
 	}
-	return all, int(refused.Load()), ctx.Err()
+	return all, int(refused.Load()), err
 }

@@ -53,35 +53,44 @@ func benchSSH(ctx context.Context, b *bench) error {
 	return nil
 }
 
+// dialPair opens one connection to each server, for the rows measured on
+// established connections.
+func dialPair(peer, ours *sshTarget) (cp, co *ssh.Client, err error) {
+	if cp, err = peer.dial(); err != nil {
+		return nil, nil, err
+	}
+	if co, err = ours.dial(); err != nil {
+		cp.Close()
+		return nil, nil, err
+	}
+	return cp, co, nil
+}
+
+// execTrue is one measurement for alternate: a `true` in a new session on
+// c, in ms, failed after 30 s.
+func execTrue(c *ssh.Client) func() (float64, error) {
+	return func() (float64, error) {
+		d, err := withTimeout(30*time.Second, func() (time.Duration, error) { return runOn(c, "true") })
+		return ms(d), err
+	}
+}
+
 func (b *bench) sshRoundTrip(ctx context.Context, peer, ours *sshTarget) error {
-	cp, err := peer.dial()
+	cp, co, err := dialPair(peer, ours)
 	if err != nil {
 		return err
 	}
 	defer cp.Close()
-	co, err := ours.dial()
-	if err != nil {
-		return err
-	}
 	defer co.Close()
 	n := pick(b, 500, 50)
-	once := func(c *ssh.Client) func() (float64, error) {
-		return func() (float64, error) {
-			d, err := withTimeout(30*time.Second, func() (time.Duration, error) { return runOn(c, "true") })
-			return ms(d), err
-		}
+	// Ten unmeasured rounds first, then the CPU counters are read.
+	if _, err := alternate(ctx, 10, 0, execTrue(cp), execTrue(co)); err != nil {
+		return err
 	}
 	// CPU per exec, from each server's process tree: unlike wall time, it
 	// hardly moves with what else the machine is doing.
-	const warmup = 10
-	var cpuP0, cpuO0 float64
-	calls := 0
-	s, err := alternate(ctx, warmup, n, func() (float64, error) {
-		if calls++; calls == warmup+1 { // the first measured round
-			cpuP0, cpuO0 = treeCPU(b.sshd_.p.PID()), treeCPU(b.main_.p.PID())
-		}
-		return once(cp)()
-	}, once(co))
+	cpuP0, cpuO0 := treeCPU(b.sshd_.p.PID()), treeCPU(b.main_.p.PID())
+	s, err := alternate(ctx, 0, n, execTrue(cp), execTrue(co))
 	if err != nil {
 		return err
 	}
@@ -111,13 +120,7 @@ func (b *bench) sshRoundTripRC(ctx context.Context, ours *sshTarget, co *ssh.Cli
 		return err
 	}
 	defer c.Close()
-	once := func(c *ssh.Client) func() (float64, error) {
-		return func() (float64, error) {
-			d, err := withTimeout(30*time.Second, func() (time.Duration, error) { return runOn(c, "true") })
-			return ms(d), err
-		}
-	}
-	s, err := alternate(ctx, 2, pick(b, 30, 5), once(c), once(co))
+	s, err := alternate(ctx, 2, pick(b, 30, 5), execTrue(c), execTrue(co))
 	if err != nil {
 		return err
 	}
@@ -156,15 +159,11 @@ func (b *bench) sshNewConn(ctx context.Context, peer, ours *sshTarget) error {
 
 func (b *bench) sshStream(ctx context.Context, peer, ours *sshTarget) error {
 	size := pick[int64](b, 1<<30, 128<<20)
-	cp, err := peer.dial()
+	cp, co, err := dialPair(peer, ours)
 	if err != nil {
 		return err
 	}
 	defer cp.Close()
-	co, err := ours.dial()
-	if err != nil {
-		return err
-	}
 	defer co.Close()
 	once := func(c *ssh.Client) func() (float64, error) {
 		return func() (float64, error) {
@@ -215,7 +214,7 @@ func (b *bench) sshStreamOpenSSHClient(ctx context.Context, peer, ours *sshTarge
 			if cerr != nil || werr != nil || n != size {
 				return 0, fmt.Errorf("ssh to %s: %d bytes, %v %v: %s", t.name, n, cerr, werr, errb.String())
 			}
-			return float64(n) / (1 << 20) / d.Seconds(), nil
+			return mibPerSec(n, d), nil
 		}
 	}
 	s, err := alternate(ctx, 1, pick(b, 6, 2), once(peer), once(ours))
@@ -253,7 +252,7 @@ func streamOnce(c *ssh.Client, size int64) (float64, error) {
 	if n != size {
 		return 0, fmt.Errorf("stream: got %d bytes, want %d", n, size)
 	}
-	return float64(n) / (1 << 20) / d.Seconds(), nil
+	return mibPerSec(n, d), nil
 }
 
 func sizeText(n int64) string {
@@ -286,7 +285,12 @@ func benchPTY(ctx context.Context, b *bench) error {
 	dur := pick(b, 20*time.Second, 3*time.Second)
 	rounds := pick(b, 2, 1)
 	var lat [3]samples
-	var peerMem, ourRSS int
+	// The memory figure of each server, and its peak over the rounds.
+	memOf := [2]func() int{
+		func() int { return treePSS(b.sshd_.p.PID(), "sshd") },
+		func() int { return rssKB(d.p.PID()) },
+	}
+	var mem [2]int
 	for r := 0; r < rounds; r++ {
 		l, err := localPTYRound(ctx, b, n, dur)
 		if err != nil {
@@ -294,23 +298,12 @@ func benchPTY(ctx context.Context, b *bench) error {
 		}
 		lat[2] = append(lat[2], l...)
 		for side, t := range []*sshTarget{peer, ours} {
-			memOf := func() int {
-				if side == 1 {
-					return rssKB(d.p.PID())
-				}
-				_, pss := treeMemory(b.sshd_.p.PID(), "sshd")
-				return pss
-			}
-			l, mem, err := ptyRound(ctx, b, t, n, dur, memOf)
+			l, m, err := ptyRound(ctx, b, t, n, dur, memOf[side])
 			if err != nil {
 				return fmt.Errorf("%s: %w", t.name, err)
 			}
 			lat[side] = append(lat[side], l...)
-			if side == 0 {
-				peerMem = max(peerMem, mem)
-			} else {
-				ourRSS = max(ourRSS, mem)
-			}
+			mem[side] = max(mem[side], m)
 			if err := d.checkAlive(); err != nil {
 				return err
 			}
@@ -323,7 +316,7 @@ func benchPTY(ctx context.Context, b *bench) error {
 	floor := fmt.Sprintf("the machine's floor, %d local ptys typed into with no server: p50 %s ms, p99 %s ms", n, fmtNum(lat[2].pct(50)), fmtNum(lat[2].pct(99)))
 	p50 := &result{id: "pty-p50", name: name + " p50", unit: "ms", peer: "OpenSSH sshd", peerV: lat[0].pct(50), ours: lat[1].pct(50), n: len(lat[1]), noTarget: true}
 	p99 := &result{id: "pty-p99", name: name + " p99", unit: "ms", peer: "OpenSSH sshd", peerV: lat[0].pct(99), ours: lat[1].pct(99), n: len(lat[1]), target: 5, lessIsOK: true, absolute: true}
-	rss := &result{id: "pty-rss", name: fmt.Sprintf("daemon memory with %d pty sessions", n), unit: "MB", peer: "OpenSSH sshd (PSS, all sshd processes)", peerV: float64(peerMem) / 1000, ours: float64(ourRSS) / 1000, n: rounds, target: 100, lessIsOK: true, absolute: true}
+	rss := &result{id: "pty-rss", name: fmt.Sprintf("daemon memory with %d pty sessions", n), unit: "MB", peer: "OpenSSH sshd (PSS, all sshd processes)", peerV: float64(mem[0]) / 1000, ours: float64(mem[1]) / 1000, n: rounds, target: 100, lessIsOK: true, absolute: true}
 	rss.detail = "sandboxd: the highest VmRSS of the serve process sampled every 250 ms; sshd: the highest sum of PSS over its listener and per-connection processes (RSS would count shared pages 2×n times)"
 	p50.detail = floor
 	p99.detail = fmt.Sprintf("%d keystrokes per server; ~10 keys/s per session (uniform 50–150 ms gaps), echo by the pty line discipline; %s", len(lat[1]), floor)
@@ -384,39 +377,24 @@ func localPTYRound(ctx context.Context, b *bench, n int, dur time.Duration) (sam
 // each echo, 50–150 ms apart — and returns all the echo latencies in ms.
 func typeAll(ctx context.Context, n int, dur time.Duration, session func(i int) (io.Writer, *bufio.Reader)) (samples, error) {
 	end := time.Now().Add(dur)
-	lats := make([]samples, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
+	return inParallel(n, func(i int) (samples, error) {
 		in, out := session(i)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(i), 42))
-			key := byte('a')
-			// Stagger the starts over the first interval.
-			time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
-			for time.Now().Before(end) && ctx.Err() == nil {
-				d, err := typeKey(in, out, key)
-				if err != nil {
-					errs[i] = err
-					return
-				}
-				lats[i] = append(lats[i], ms(d))
-				key = 'a' + (key-'a'+1)%26
-				time.Sleep(time.Duration(50+rng.IntN(101)) * time.Millisecond)
+		rng := rand.New(rand.NewPCG(uint64(i), 42))
+		key := byte('a')
+		// Stagger the starts over the first interval.
+		time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
+		var lat samples
+		for time.Now().Before(end) && ctx.Err() == nil {
+			d, err := typeKey(in, out, key)
+			if err != nil {
+				return nil, err
 			}
-		}()
-	}
-	wg.Wait()
-	var all samples
-	for i := range lats {
-		if errs[i] != nil {
-			return nil, errs[i]
+			lat = append(lat, ms(d))
+			key = 'a' + (key-'a'+1)%26
+			time.Sleep(time.Duration(50+rng.IntN(101)) * time.Millisecond)
 		}
-		all = append(all, lats[i]...)
-	}
-	return all, nil
+		return lat, nil
+	})
 }
 
 // ptyRound runs n pty sessions against t for dur and returns the echo

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 )
 
 // samples are measurements of one side of a pair, in the row's unit.
@@ -65,6 +66,34 @@ func alternate(ctx context.Context, warmup, rounds int, fns ...func() (float64, 
 		}
 	}
 	return out, nil
+}
+
+// inParallel runs fn(0) … fn(n-1) at once, each in a goroutine of its own,
+// released together once all exist, and returns their samples joined in that
+// order, or the error of the first (by that order) that failed.
+func inParallel(n int, fn func(i int) (samples, error)) (samples, error) {
+	lats := make([]samples, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			lats[i], errs[i] = fn(i)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	var all samples
+	for i := range lats {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		all = append(all, lats[i]...)
+	}
+	return all, nil
 }
 
 // result is one row of the main table: sandboxd against one peer.
