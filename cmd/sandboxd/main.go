@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/daemon"
+	"github.com/sandboxd/sandboxd/pkg/join"
 )
 
 // Exit codes shared by every subcommand, as docker run and timeout(1) use them.
@@ -49,6 +50,14 @@ func main() {
 	if len(os.Args) < 2 {
 		usage()
 		os.Exit(exitUsage)
+	}
+	if os.Args[1] == "serve" || os.Args[1] == "trial" {
+		// Before any string of os.Args is kept: it would point into the
+		// area that is blanked.
+		if err := join.BlankCommandLine(); err != nil {
+			fmt.Fprintf(os.Stderr, "sandboxd: %v\n", err)
+			os.Exit(125)
+		}
 	}
 	name := os.Args[1]
 	cmd, ok := commands[name]

@@ -29,6 +29,9 @@ func PIDs() []int {
 type Stat struct {
 	State byte // R, S, D, Z, T, …
 	PPID  int
+	// ArgStart and ArgEnd bound the argv area, what /proc/PID/cmdline
+	// shows (0 unless the reader may ptrace the process).
+	ArgStart, ArgEnd uint64
 }
 
 // ReadStat reads /proc/PID/stat. The command name sits in parentheses and
@@ -51,5 +54,11 @@ func ReadStat(pid int) (Stat, error) {
 	if err != nil {
 		return Stat{}, fmt.Errorf("procfs: /proc/%d/stat: %w", pid, err)
 	}
-	return Stat{State: f[0][0], PPID: ppid}, nil
+	st := Stat{State: f[0][0], PPID: ppid}
+	// Fields 48 and 49 of stat(5), counted from the state (field 3).
+	if len(f) > 46 {
+		st.ArgStart, _ = strconv.ParseUint(string(f[45]), 10, 64)
+		st.ArgEnd, _ = strconv.ParseUint(string(f[46]), 10, 64)
+	}
+	return st, nil
 }

@@ -86,7 +86,7 @@ var runtimeFlags = []struct {
 	},
 	{
 		name:    "setns (seccomp)",
-		matches: []string{"reassociate to namespace"},
+		matches: []string{"reassociate to namespace", "could not join the sandbox's namespaces (operation not permitted)"},
 		fix:     "the sandbox builds but cannot be joined: the seccomp profile forbids setns; --security-opt seccomp=images/seccomp.json",
 	},
 }

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/cleanup"
+	"github.com/sandboxd/sandboxd/internal/forkthread"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 )
 
@@ -177,7 +178,7 @@ func Start(ctx context.Context, cfg Config) (*Holder, error) {
 		return nil, fmt.Errorf("mark inherited descriptors close-on-exec: %w", err)
 	}
 	var startErr error
-	onForkerThread(func() { startErr = cmd.Start() })
+	forkthread.Do(func() { startErr = cmd.Start() })
 	if startErr != nil {
 		return nil, fmt.Errorf("start %s: %w", bwrapPath, startErr)
 	}

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/forkthread"
 )
 
 // Cmd is a child role of this binary (see childproc) started inside some of
@@ -145,9 +146,19 @@ func (c *Cmd) Start() error {
 	defer reportR.Close()
 	plan.report = report[1]
 
-	syscall.ForkLock.Lock()
-	pid, errno := forkJoined(plan)
-	syscall.ForkLock.Unlock()
+	var pid int
+	var errno syscall.Errno
+	fork := func() {
+		syscall.ForkLock.Lock()
+		pid, errno = forkJoined(plan)
+		syscall.ForkLock.Unlock()
+	}
+	if c.Pdeathsig != 0 {
+		// The signal fires when the forking *thread* ends (lesson 58).
+		forkthread.Do(fork)
+	} else {
+		fork()
+	}
 	unix.Close(report[1])
 	if errno != 0 {
 		closeAll(c.closeAfterWait)

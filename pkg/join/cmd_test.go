@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -23,6 +25,8 @@ func init() {
 	childproc.Add(roleDescribe, func([]string) int {
 		exe, _ := os.Readlink("/proc/self/exe")
 		fmt.Printf("exe %s\n", exe)
+		environ, _ := os.ReadFile("/proc/self/environ")
+		fmt.Printf("environ %q\n", strings.Split(strings.TrimRight(string(environ), "\x00"), "\x00"))
 		for _, ns := range []string{"user", "mnt", "pid", "net", "uts", "ipc", "cgroup"} {
 			l, _ := os.Readlink("/proc/self/ns/" + ns)
 			fmt.Printf("ns %s\n", l)
@@ -54,16 +58,18 @@ func assertNamespaces(t *testing.T, out string, pid int, kinds ...string) {
 	}
 }
 
-// Lesson 58 and the dynamic-helper escape: a joined process is this binary,
-// run from the sealed copy pinned at start, in exactly the holder's
-// namespaces, and the daemon's own child. No nsenter, no loader, no library
-// from the filesystem the agent shares is involved.
+// Lessons 39, 6, 50 and 10 (and the dynamic-helper escape): a joined
+// process is this binary, run from the sealed copy pinned at start, in
+// exactly the holder's namespaces, with PATH and its role as its whole
+// environment. No nsenter, no loader, no library from the filesystem the
+// agent shares is involved.
 func TestJoinedProcessIsThePinnedBinaryInTheHoldersNamespaces(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
 	require.NoError(t, join.Pin())
 
 	out, pid := describe(t, sb.Target.Join(nil, roleDescribe))
 	assert.Contains(t, out, "exe /memfd:sandboxd (deleted)\n", "runs the pinned copy")
+	assert.Contains(t, out, fmt.Sprintf("environ %q\n", childproc.Environ(roleDescribe)), "nothing of the daemon's environment")
 	assertNamespaces(t, out, sb.Holder.PID, "user", "mnt", "pid", "net", "uts", "ipc", "cgroup")
 	assert.NotContains(t, out, "pid 1\n")
 	assert.NotContains(t, out, fmt.Sprintf("pid %d\n", pid), "it sees itself with a pid of the sandbox's pid namespace")
@@ -99,4 +105,32 @@ func TestJoinedOutputAndStatus(t *testing.T) {
 	assert.Equal(t, "err\n", r.Stderr)
 	r = sb.Sh(t, "0", "kill -TERM $$")
 	assert.Equal(t, 128+15, r.Code)
+}
+
+// roleBlank blanks its command line and prints what /proc then shows, and
+// its os.Args, which must have kept their values.
+const roleBlank = "join-test-blank"
+
+func init() {
+	childproc.Add(roleBlank, func(args []string) int {
+		if err := join.BlankCommandLine(); err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		b, _ := os.ReadFile("/proc/self/cmdline")
+		fmt.Printf("cmdline %q\nargs %q\n", strings.TrimRight(string(b), "\x00"), os.Args[1:])
+		return 0
+	})
+}
+
+// Lesson 55: a copy forked into the sandbox's pid namespace shows the
+// daemon's command line until it execs; the daemon's names nothing.
+func TestLesson55_CommandLineNamesNothing(t *testing.T) {
+	cmd := exec.Command("/proc/self/exe", "serve", "--harness-dir", "/media/sandboxd-secret", "--task", "secret-task")
+	cmd.Env = childproc.Environ(roleBlank)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), `cmdline "sandboxd"`)
+	assert.NotContains(t, strings.SplitN(string(out), "\n", 2)[0], "secret")
+	assert.Contains(t, string(out), `args ["serve" "--harness-dir" "/media/sandboxd-secret" "--task" "secret-task"]`)
 }
