@@ -269,8 +269,6 @@ func writeHead(w *bufio.Writer, resp *response, fields header, f framing) {
 	}
 }
 
-// copyBody moves a de-framed body from src into dst under framing out and
-// flushes; it tells read errors (the sender's fault) from write errors.
 // spliceBody relays a response body of known length the way CONNECT relays
 // a tunnel: first what the upstream's reader already holds, through the
 // client's writer, then straight from one TCP connection to the other, which
@@ -316,6 +314,8 @@ func spliceBody(dst *bufio.Writer, dstRaw net.Conn, src *bufio.Reader, srcRaw ne
 // small requests, and the collections it caused were their p99.
 var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
+// copyBody moves a de-framed body from src into dst under framing out and
+// flushes; it tells read errors (the sender's fault) from write errors.
 func copyBody(dst *bufio.Writer, src io.Reader, out framing) (n int64, rerr, werr error) {
 	var w io.Writer = dst
 	if out.kind == chunked {

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -726,4 +727,50 @@ func TestEarlyResponseDelivered(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 413, resp.StatusCode)
 	assert.Equal(t, "too big\n", body)
+}
+
+// Lessons 27 and 31 for a body of known length, which the proxy splices
+// between the two connections: every byte arrives, a keep-alive request
+// follows on the same connection, and an upstream that ends short of its
+// Content-Length ends the client's connection short too, never with a
+// response that looks complete.
+func TestLesson31_SplicedBodyExactOrCutShort(t *testing.T) {
+	const size = 3<<20 + 17
+	body := bytes.Repeat([]byte("0123456789abcdef"), size/16+1)[:size]
+	up := startRawUpstream(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if req.URL.Path == "/short" {
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", size)
+				c.Write(body[:size/3])
+				return
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", size)
+			c.Write(body)
+		}
+	})
+	proxy := startProxy(t, &Proxy{Policy: publicLoopback(), Resolver: resolverOf("up.test", "127.0.0.1")})
+	c, err := net.Dial("tcp", proxy)
+	require.NoError(t, err)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	br := bufio.NewReader(c)
+	for i := 0; i < 2; i++ {
+		fmt.Fprintf(c, "GET http://up.test:%s/full HTTP/1.1\r\nHost: up.test\r\n\r\n", up.port)
+		resp, err := http.ReadResponse(br, nil)
+		require.NoError(t, err)
+		got, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		assert.True(t, bytes.Equal(body, got), "request %d: %d bytes, intact: %v", i, len(got), bytes.Equal(body, got))
+	}
+
+	fmt.Fprintf(c, "GET http://up.test:%s/short HTTP/1.1\r\nHost: up.test\r\n\r\n", up.port)
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	got, err := io.ReadAll(resp.Body)
+	assert.ErrorIs(t, err, io.ErrUnexpectedEOF, "a body cut short is never a complete response")
+	assert.Less(t, len(got), size)
 }
