@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -379,7 +381,7 @@ func TestAgentProcessLimitAndOOMScore(t *testing.T) {
 	assert.NotEmpty(t, st.Limits.Cgroup)
 }
 
-// Where a cgroup can be made (a bare host; a container whose engine
+// Lessons 48 and 56 for limits. Where a cgroup can be made (a bare host; a container whose engine
 // delegates its cgroups), the agent's processes are in one with the task's
 // limits and the pid limit, which stops a root agent too; where none can
 // (a plain Docker container), status says why.
@@ -397,12 +399,48 @@ func TestAgentCgroup(t *testing.T) {
 	require.Equal(t, 0, r.exit.Code, r.stderr)
 	assert.Contains(t, r.stdout, fmt.Sprintf("sandboxd-agent-%d", s.d.holder.PID), "a session is in the agent's cgroup")
 
+	// Lesson 56: /sys is read-only inside, so a root agent can neither lift
+	// its limits nor move itself out of the group.
+	r = s.sh(t, `for f in $(find /sys/fs/cgroup -name pids.max -o -name memory.limit_in_bytes -o -name memory.max -o -name cgroup.procs 2>/dev/null | head -200); do
+  echo tried
+  case $f in *cgroup.procs) echo $$ > $f ;; *) echo 1000000 > $f ;; esac 2>/dev/null && echo "WROTE $f"
+done; true`)
+	assert.Contains(t, r.stdout, "tried", "the cgroup files are visible inside")
+	assert.NotContains(t, r.stdout, "WROTE", "an agent rewrote its cgroup")
+
 	// A root agent's fork bomb in miniature stops at the pid limit.
 	r = s.sh(t, `for i in $(seq 60); do sleep 30 & done`)
 	assert.NotEqual(t, 0, r.exit.Code, "a fork failed")
 	sleeps := sandboxSleeps(t, s)
 	assert.Greater(t, len(sleeps), 0)
 	assert.Less(t, len(sleeps), 40, "the pid limit stopped a root agent")
+
+	// Lesson 48: the group goes with serve.
+	group := fmt.Sprintf("sandboxd-agent-%d", s.d.holder.PID)
+	require.NotEmpty(t, cgroupDirs(group))
+	s.cancel()
+	require.NoError(t, <-s.done)
+	s.done <- nil // for the test's own cleanup
+	assert.Empty(t, cgroupDirs(group), "serve left its agent cgroup behind")
+}
+
+// cgroupDirs finds the directories named name in the cgroup hierarchies.
+func cgroupDirs(name string) []string {
+	var found []string
+	filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if d.Name() == name {
+			found = append(found, p)
+			return filepath.SkipDir
+		}
+		if strings.Count(p, "/") > 8 {
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	return found
 }
 
 // sandboxSleeps lists the `sleep` processes in s's sandbox (its pid
@@ -440,4 +478,17 @@ func TestDevShmForNonRootAgent(t *testing.T) {
 		return
 	}
 	assert.NotContains(t, r.stdout, "wrote", "bwrap %s cannot make /dev/shm writable", s.d.holder.Version)
+}
+
+// Lesson 7: the working directory is resolved inside the sandbox, by the
+// joined process: a directory that exists only in the substrate (the
+// harness dir) is refused with the fix, never entered.
+func TestLesson7_WorkdirResolvedInside(t *testing.T) {
+	s := serveForTest(t, Config{})
+	r := s.exec(t, control.Request{Dir: s.harness + "/run", Argv: []string{"pwd"}}, "")
+	var f *control.Failure
+	require.True(t, errors.As(r.err, &f), "entered the harness dir: %q %v", r.stdout, r.err)
+	assert.Equal(t, 125, f.Code)
+	assert.Contains(t, f.Message, "cannot use working directory")
+	assert.Empty(t, r.stdout)
 }
