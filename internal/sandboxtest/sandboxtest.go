@@ -9,12 +9,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/ssh"
 
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
@@ -157,3 +160,65 @@ var (
 	sharedHolders int
 	sharedLock    *os.File
 )
+
+// Buffer is a writer that a test reads while a session still writes to it.
+// The zero value keeps everything; with Max set it keeps the first Max bytes
+// (give or take one write) and takes the rest without keeping it, so that a
+// flood cannot fill the test's memory.
+type Buffer struct {
+	Max int
+
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.Max > 0 && b.b.Len() > b.Max {
+		return len(p), nil
+	}
+	return b.b.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// WaitFor polls until the buffer holds want, and fails the test after ten
+// seconds without it.
+func (b *Buffer) WaitFor(t testing.TB, want string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return strings.Contains(b.String(), want) }, 10*time.Second, 5*time.Millisecond,
+		"waiting for %q; have %q", want, b.String())
+}
+
+// DialSSH logs in to a daemon's SSH door at addr as the agent with signer,
+// and closes the connection when the test ends.
+func DialSSH(t testing.TB, addr string, signer ssh.Signer) *ssh.Client {
+	t.Helper()
+	c, err := ssh.Dial("tcp", addr, &ssh.ClientConfig{
+		User:            "agent",
+		Auth:            []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback: ssh.InsecureIgnoreHostKey(), // a door on loopback that the test started
+		Timeout:         10 * time.Second,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// RSSMiB is this process's resident set in MiB (-1 when /proc does not say):
+// a daemon that runs in the test's process is measured with it.
+func RSSMiB() int {
+	b, _ := os.ReadFile("/proc/self/status")
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.Atoi(f[1])
+			return kb / 1024
+		}
+	}
+	return -1
+}

@@ -1,7 +1,6 @@
 package ptyrelay_test
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -31,31 +30,6 @@ import (
 func TestMain(m *testing.M) {
 	childproc.Maybe()
 	os.Exit(m.Run())
-}
-
-// buffer is a writer the test can read while the session writes.
-type buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// waitFor polls until the buffer holds want.
-func (b *buffer) waitFor(t *testing.T, want string) {
-	t.Helper()
-	require.Eventually(t, func() bool { return strings.Contains(b.String(), want) }, 10*time.Second, 5*time.Millisecond,
-		"waiting for %q; have %q", want, b.String())
 }
 
 func spec(t *testing.T, user string, argv ...string) join.Spec {
@@ -93,7 +67,7 @@ func waitExit(t *testing.T, s *ptyrelay.Session) ptyrelay.Exit {
 
 func TestLesson57_PTYFromTheSandboxDevpts(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
-	var out buffer
+	var out sandboxtest.Buffer
 	s := start(t, ptyrelay.Config{
 		Target: sb.Target, Spec: sh(t, "1000:1000", "tty; stat -c '%u %G %a' $(tty)"),
 		PTY:    &ptyrelay.PTY{Term: "xterm", Size: ptyrelay.Size{Cols: 80, Rows: 24}},
@@ -110,7 +84,7 @@ func TestLesson57_SudoSeesATerminal(t *testing.T) {
 		t.Skip("needs sudo in the image (apt-get install sudo)")
 	}
 	sb := sandboxtest.Start(t, bwrap.Config{})
-	var out buffer
+	var out sandboxtest.Buffer
 	// sudo opens the terminal by name for its prompt and refuses to run
 	// without one when asked for -S-less input; -n with a terminal present
 	// proves the lookup works without needing a password.
@@ -126,7 +100,7 @@ func TestLesson57_SudoSeesATerminal(t *testing.T) {
 
 func TestLesson19_PTYIsATerminalWithSizeAndTerm(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
-	var out buffer
+	var out sandboxtest.Buffer
 	s := start(t, ptyrelay.Config{
 		Target: sb.Target, Spec: sh(t, "0", `test -t 0 && test -t 1 && test -t 2 && echo isatty; stty size; echo "TERM=$TERM"`),
 		PTY:    &ptyrelay.PTY{Term: "xterm-256color", Size: ptyrelay.Size{Cols: 132, Rows: 43}},
@@ -139,7 +113,7 @@ func TestLesson19_PTYIsATerminalWithSizeAndTerm(t *testing.T) {
 
 func TestLesson20_ControllingTerminalAndForegroundGroup(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
-	var out buffer
+	var out sandboxtest.Buffer
 	// Fields 5 and 8 of /proc/self/stat are the process group and the
 	// terminal's foreground group; /dev/tty opens only with a controlling
 	// terminal.
@@ -159,7 +133,7 @@ func TestLesson20_ControllingTerminalAndForegroundGroup(t *testing.T) {
 
 func TestLesson21_ResizeNeverDisturbsInput(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
-	var out buffer
+	var out sandboxtest.Buffer
 	inR, inW := io.Pipe()
 	s := start(t, ptyrelay.Config{
 		Target: sb.Target,
@@ -183,7 +157,7 @@ func TestLesson21_ResizeNeverDisturbsInput(t *testing.T) {
 
 func TestResizeIsClampedAndZeroAccepted(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
-	var out buffer
+	var out sandboxtest.Buffer
 	inR, inW := io.Pipe()
 	s := start(t, ptyrelay.Config{
 		Target: sb.Target, Spec: sh(t, "0", `stty size; read x; stty size`),
@@ -191,7 +165,7 @@ func TestResizeIsClampedAndZeroAccepted(t *testing.T) {
 		Stdin: inR, Stdout: &out,
 	})
 	defer inW.Close()
-	out.waitFor(t, "0 0\r\n")
+	out.WaitFor(t, "0 0\r\n")
 	require.NoError(t, s.Resize(ptyrelay.Size{Cols: 100000, Rows: 100000}))
 	fmt.Fprintln(inW, "go")
 	waitExit(t, s)
@@ -200,7 +174,7 @@ func TestResizeIsClampedAndZeroAccepted(t *testing.T) {
 
 func TestTerminalModesApplied(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
-	var out buffer
+	var out sandboxtest.Buffer
 	modes := []byte{
 		3, 0, 0, 0, 8, // VERASE = ^H
 		53, 0, 0, 0, 0, // ECHO off
@@ -222,7 +196,7 @@ func TestLesson22_OutputStreamsAndSurvivesKill(t *testing.T) {
 	for _, withPTY := range []bool{false, true} {
 		t.Run(fmt.Sprintf("pty=%v", withPTY), func(t *testing.T) {
 			sb := sandboxtest.Start(t, bwrap.Config{})
-			var out buffer
+			var out sandboxtest.Buffer
 			cfg := ptyrelay.Config{
 				Target: sb.Target,
 				// 200 KB before the deadline: more than any pipe or pty buffer.
@@ -234,7 +208,7 @@ func TestLesson22_OutputStreamsAndSurvivesKill(t *testing.T) {
 			}
 			s := start(t, cfg)
 			// Streams while running: the line arrives before any exit.
-			out.waitFor(t, "last-line")
+			out.WaitFor(t, "last-line")
 			select {
 			case <-s.Done():
 				t.Fatal("session ended before the kill")
@@ -252,7 +226,7 @@ func TestLesson22_OutputStreamsAndSurvivesKill(t *testing.T) {
 
 func TestLesson25_StdinEOFReachesThePipe(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
-	var out buffer
+	var out sandboxtest.Buffer
 	s := start(t, ptyrelay.Config{
 		Target: sb.Target, Spec: sh(t, "0", "wc -c; cat"),
 		Stdin:  strings.NewReader(strings.Repeat("x", 100000)),
@@ -265,7 +239,7 @@ func TestLesson25_StdinEOFReachesThePipe(t *testing.T) {
 
 func TestLesson26_SetupFailuresCarryTheReason(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
-	var out buffer
+	var out sandboxtest.Buffer
 	_, err := ptyrelay.Start(ptyrelay.Config{Target: sb.Target, Spec: spec(t, "0", "no-such-program"), Stdout: &out})
 	var se *join.SetupError
 	require.ErrorAs(t, err, &se)
@@ -289,7 +263,7 @@ func TestExitCodesAndSignals(t *testing.T) {
 		{"exit 0", 0, ""}, {"exit 1", 1, ""}, {"exit 7", 7, ""},
 		{"kill -TERM $$", 128 + 15, "TERM"}, {"kill -SEGV $$", 128 + 11, "SEGV"},
 	} {
-		var out buffer
+		var out sandboxtest.Buffer
 		s := start(t, ptyrelay.Config{Target: sb.Target, Spec: sh(t, "0", tc.script), Stdout: &out})
 		exit := waitExit(t, s)
 		assert.Equal(t, tc.code, exit.Code, tc.script)
@@ -299,12 +273,12 @@ func TestExitCodesAndSignals(t *testing.T) {
 
 func TestSignalGoesToTheSessionGroup(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
-	var out buffer
+	var out sandboxtest.Buffer
 	s := start(t, ptyrelay.Config{
 		Target: sb.Target, Spec: sh(t, "1000", `trap 'echo got-term; exit 3' TERM; echo ready; while :; do sleep 0.05; done`),
 		Stdout: &out,
 	})
-	out.waitFor(t, "ready")
+	out.WaitFor(t, "ready")
 	require.NoError(t, s.Signal(syscall.SIGTERM))
 	exit := waitExit(t, s)
 	assert.Equal(t, 3, exit.Code)
@@ -313,13 +287,13 @@ func TestSignalGoesToTheSessionGroup(t *testing.T) {
 
 func TestLesson47_KillTakesTheWholeTree(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
-	var out buffer
+	var out sandboxtest.Buffer
 	s := start(t, ptyrelay.Config{
 		Target: sb.Target,
 		Spec:   sh(t, "0", `sleep 1000 & echo $!; setsid sleep 1001 & echo $!; sh -c 'sleep 1002 & echo $!; wait' & sleep 1; echo ready; wait`),
 		Stdout: &out,
 	})
-	out.waitFor(t, "ready")
+	out.WaitFor(t, "ready")
 	before := substratePIDsOf(t, "sleep 100")
 	require.Len(t, before, 3, "three sleepers inside the sandbox")
 	s.Kill()
@@ -358,7 +332,7 @@ func TestLesson43_BackgroundOutlivesItsSession(t *testing.T) {
 	dir := t.TempDir()
 	var left ptyrelay.Leftovers
 	defer left.Close()
-	var out buffer
+	var out sandboxtest.Buffer
 	sp := sh(t, "0", `(sleep 0.3; i=0; while [ $i -lt 10 ]; do echo bg$i; i=$((i+1)); sleep 0.2; done; touch done) & echo fg`)
 	sp.Dir = dir
 	begin := time.Now()
@@ -385,7 +359,7 @@ func TestLesson24_OrphansNeverReachTheDaemon(t *testing.T) {
 	// Make the test process the subreaper a container's PID 1 would be.
 	require.NoError(t, unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
 	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
-	var out buffer
+	var out sandboxtest.Buffer
 	s := start(t, ptyrelay.Config{
 		Target: sb.Target,
 		Spec:   sh(t, "0", `(sh -c 'sleep 1003' &) ; (setsid sleep 1004 &); sleep 0.2; exit 9`),
@@ -461,7 +435,7 @@ func TestVanishedReaderDoesNotBlockTheCommand(t *testing.T) {
 
 func TestLoginShellPath(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
-	var out buffer
+	var out sandboxtest.Buffer
 	sp := spec(t, "0", "-sh", "-c", `echo "$0"`)
 	sp.Path = "/bin/sh"
 	s := start(t, ptyrelay.Config{Target: sb.Target, Spec: sp, Stdout: &out})

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -25,6 +26,8 @@ import (
 	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/daemon"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
+	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 )
@@ -142,16 +145,16 @@ func inContainer(_ []string) int {
 	if err := os.WriteFile("/etc/hosts", append(hosts, []byte("127.0.0.2 allowed.test\n")...), 0o644); err != nil {
 		return fail("hosts: %v", err)
 	}
-	for _, agent := range []string{"user", "root"} {
-		if err := containerRollout(agent, &legitHits, &forbiddenHits); err != nil {
-			return fail("%s: %v", agent, err)
+	// Each agent against a rollout of its own, the non-root one first.
+	for _, a := range slices.Backward(agents) {
+		if err := containerRollout(a.name, a.user, &legitHits, &forbiddenHits); err != nil {
+			return fail("%s: %v", a.name, err)
 		}
 	}
 	return 0
 }
 
-func containerRollout(agent string, legitHits, forbiddenHits *atomic.Int64) error {
-	user := map[string]string{"root": "0", "user": "4321:4321"}[agent]
+func containerRollout(agent, user string, legitHits, forbiddenHits *atomic.Int64) error {
 	harness := "/media/sandboxd-" + agent
 	name := "escape-task-" + randomHex(6)
 	secret := "TESTS-SECRET-" + randomHex(12)
@@ -162,14 +165,10 @@ func containerRollout(agent string, legitHits, forbiddenHits *atomic.Int64) erro
 		"tests/test.sh":    "#!/bin/sh\n" + defaultTestScript,
 		"tests/secret.txt": secret + "\n",
 	}
-	for f, body := range files {
-		p := filepath.Join(taskDir, f)
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
-			return err
-		}
+	if err := writeTree(taskDir, files); err != nil {
+		return err
 	}
-	os.WriteFile(filepath.Join(harness, ".sandboxd-harness"), nil, 0o600)
+	os.WriteFile(filepath.Join(harness, bwrap.HarnessMarker), nil, 0o600)
 	workdir := "/work-" + agent
 	os.MkdirAll(workdir, 0o1777)
 	os.Chmod(workdir, 0o1777)
@@ -201,10 +200,10 @@ func containerRollout(agent string, legitHits, forbiddenHits *atomic.Int64) erro
 		time.Sleep(20 * time.Millisecond)
 	}
 	sh := func(script string) (string, int) {
-		var out lockedBuffer
+		out := &sandboxtest.Buffer{Max: outputMax}
 		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
 		defer ccancel()
-		exit, err := c.Exec(cctx, control.Request{Argv: []string{"/bin/bash", "-c", script}}, control.Streams{Stdout: &out, Stderr: &out})
+		exit, err := c.Exec(cctx, control.Request{Argv: []string{"/bin/bash", "-c", script}}, control.Streams{Stdout: out, Stderr: out})
 		if err != nil {
 			return out.String() + err.Error(), -1
 		}
@@ -216,9 +215,6 @@ func containerRollout(agent string, legitHits, forbiddenHits *atomic.Int64) erro
 		var v grade.Verdict
 		err := c.Call(gctx, control.Request{Op: "grade"}, &v)
 		return v, err
-	}
-	genuine := func(v grade.Verdict) bool {
-		return v.Status == grade.StatusGraded && fmt.Sprint(v.Reward) == "map[reward:0]" && strings.Contains(v.StdoutTail, "tests: "+secret)
 	}
 	connect := `exec 3<>/dev/tcp/127.0.0.1/3128 || exit 1
 printf 'CONNECT allowed.test:8080 HTTP/1.1\r\nHost: allowed.test:8080\r\n\r\n' >&3
@@ -263,17 +259,16 @@ printf 'GET / HTTP/1.0\r\n\r\n' >&3; timeout 5 cat <&3`
 	out, _ = sh(`ln -s /etc /tests && echo planted`)
 	v, err := gradeWithin(2 * time.Minute)
 	_, statErr := os.Stat("/etc/test.sh")
-	report(agent, "plant /tests as a symlink to /etc", err == nil && !(v.Status == grade.StatusGraded && !genuine(v)) && statErr != nil, fmt.Sprintf("%s %v %+v", out, err, v))
+	report(agent, "plant /tests as a symlink to /etc", err == nil && !(v.Status == grade.StatusGraded && !genuine(v, secret)) && statErr != nil, fmt.Sprintf("%s %v %+v", out, err, v))
 	os.Remove("/tests")
 
 	// 4. Rename /logs and make a /logs/verifier of the agent's own, which the
 	// sandbox's mask (moved away with the old /logs) no longer covers: the
 	// reward is the verifier's all the same, but the verdict files copied
 	// out after grading must not land where the agent reads them.
-	os.Remove("/tests")
 	out, _ = sh(`mv /logs /logs.agent && mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt && echo renamed`)
 	v, err = gradeWithin(2 * time.Minute)
-	forged := v.Status == grade.StatusGraded && !genuine(v)
+	forged := v.Status == grade.StatusGraded && !genuine(v, secret)
 	report(agent, "rename /logs before grading: forge the reward", err == nil && !forged, fmt.Sprintf("%s %v %+v", out, err, v))
 	out2, _ := sh(`ls -la /logs/verifier 2>&1; cat /logs/verifier/* 2>/dev/null | head -50`)
 	report(agent, "rename /logs before grading: read the verdict files", !strings.Contains(out2, secret), out2)

@@ -3,7 +3,6 @@ package attack
 import (
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
 // sshClient logs in with the rollout's generated agent key, as a harness's
@@ -21,27 +21,7 @@ func (r *rollout) sshClient(t *testing.T) *ssh.Client {
 	t.Helper()
 	signer, err := ssh.ParsePrivateKey(r.agentKey)
 	require.NoError(t, err)
-	c, err := ssh.Dial("tcp", r.sshAddr, &ssh.ClientConfig{
-		User:            "agent",
-		Auth:            []ssh.AuthMethod{ssh.PublicKeys(signer)},
-		HostKeyCallback: ssh.InsecureIgnoreHostKey(), // this process's own door, on loopback
-		Timeout:         10 * time.Second,
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// rss is this process's resident set in MiB; the daemon runs in it.
-func rss() int {
-	b, _ := os.ReadFile("/proc/self/status")
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.Atoi(f[1])
-			return kb / 1024
-		}
-	}
-	return -1
+	return sandboxtest.DialSSH(t, r.sshAddr, signer)
 }
 
 // responsive records that, while the agent does its worst, the daemon
@@ -54,14 +34,13 @@ func (r *rollout) responsive(t *testing.T, what string) {
 	ok := x.err == nil && x.stdout == "alive\n" && took < 15*time.Second
 	record(t, what+": a new session still starts", ok, fmt.Sprintf("took %s: %v %q", took, x.err, x.output()))
 	v := r.grade(t, 2*time.Minute)
-	ok = v.Status == "graded" && fmt.Sprint(v.Reward) == "map[reward:0]" && strings.Contains(v.StdoutTail, "tests: "+r.testsSecret)
-	record(t, what+": grading still works", ok, fmt.Sprintf("%+v", v))
+	record(t, what+": grading still works", genuine(v, r.testsSecret), fmt.Sprintf("%+v", v))
 }
 
 func TestEscape_DisturbHarness(t *testing.T) {
 	requireTools(t, "/usr/bin/python3", "dd", "yes")
 	forAgents(t, rolloutOptions{workdirMB: 16}, func(t *testing.T, agent string, r *rollout) {
-		base := rss()
+		base := sandboxtest.RSSMiB()
 
 		t.Run("kill every visible process", func(t *testing.T) {
 			r.sh(`setsid sleep 600 </dev/null >/dev/null 2>&1 &`)
@@ -122,9 +101,9 @@ echo started`, nil))
 			// Read a little, then stop reading: the flood backs up into the
 			// daemon, which must neither hoard it nor stall.
 			io.CopyN(io.Discard, out, 1<<20)
-			before := rss()
+			before := sandboxtest.RSSMiB()
 			r.responsive(t, "flood a pty the client does not read")
-			grew := rss() - before
+			grew := sandboxtest.RSSMiB() - before
 			record(t, "flood a pty: the daemon's memory stays bounded", grew < 256, fmt.Sprintf("RSS grew %d MiB", grew))
 			// A reading client gets the flood at speed, and others are served.
 			done := make(chan int64)
@@ -146,9 +125,9 @@ echo started`, nil))
 			_ = conn
 			// Never read: the stream backs up.
 			time.Sleep(time.Second)
-			before := rss()
+			before := sandboxtest.RSSMiB()
 			r.responsive(t, "flood an exec stream the client does not read")
-			record(t, "flood an exec stream: the daemon's memory stays bounded", rss()-before < 256, fmt.Sprintf("RSS grew %d MiB", rss()-before))
+			record(t, "flood an exec stream: the daemon's memory stays bounded", sandboxtest.RSSMiB()-before < 256, fmt.Sprintf("RSS grew %d MiB", sandboxtest.RSSMiB()-before))
 			nc.Close()
 		})
 
@@ -168,6 +147,6 @@ time.sleep(60)' > {WD}/loris.log 2>&1 </dev/null & for i in $(seq 120); do grep 
 			r.responsive(t, "slow-loris the agent proxy ("+strings.TrimSpace(x.stdout)+")")
 			r.sh(`kill -9 -1; true`)
 		})
-		t.Logf("RSS: %d MiB at the start, %d MiB at the end", base, rss())
+		t.Logf("RSS: %d MiB at the start, %d MiB at the end", base, sandboxtest.RSSMiB())
 	})
 }

@@ -45,8 +45,7 @@ func TestEscape_ForgeGrade(t *testing.T) {
 			x := r.sh(r.expand(f.setup, nil))
 			require.NoError(t, x.err, f.name)
 			v := r.grade(t, 2*time.Minute)
-			held := v.Status == "graded" && fmt.Sprint(v.Reward) == "map[reward:0]" && strings.Contains(v.StdoutTail, "tests: "+r.testsSecret)
-			record(t, f.name, held, fmt.Sprintf("verdict %+v", v))
+			record(t, f.name, genuine(v, r.testsSecret), fmt.Sprintf("verdict %+v", v))
 			r.sh(`rm -rf /logs/verifier/* /tests/* 2>/dev/null; true`)
 		}
 		// What the spy saw of the verifier: neither its process, nor its

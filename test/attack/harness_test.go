@@ -1,7 +1,6 @@
 package attack
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -250,9 +249,4 @@ func fileCaps(caps ...int) []byte {
 	put(4, lo)
 	put(12, hi)
 	return b
-}
-
-// contextFor is a context bounded by d.
-func contextFor(d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), d)
 }

@@ -17,11 +17,10 @@
 package attack
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -69,8 +68,6 @@ func randomHex(n int) string {
 // rollout is one served task: a harness dir with the task baked in as an
 // adapted image carries it, a tmpfs workdir, and the daemon in this process.
 type rollout struct {
-	t        *testing.T
-	user     string // the agent user, Docker-style
 	harness  string
 	taskName string
 	workdir  string
@@ -83,8 +80,8 @@ type rollout struct {
 	secrets map[string]string
 	// testsSecret is in the task's tests; a genuine grading prints it.
 	testsSecret string
-	stop        func() error
-	done        chan error
+	// done receives what serve returned.
+	done chan error
 }
 
 type rolloutOptions struct {
@@ -111,7 +108,7 @@ func serveTask(t *testing.T, o rolloutOptions) *rollout {
 	}
 	t.Helper()
 	sandboxtest.RequireRoot(t)
-	r := &rollout{t: t, user: o.user, secrets: map[string]string{}}
+	r := &rollout{secrets: map[string]string{}}
 	r.harness = sandboxtest.HarnessDir(t)
 	r.taskName = "escape-task-" + randomHex(6)
 	r.testsSecret = "TESTS-SECRET-" + randomHex(12)
@@ -131,12 +128,8 @@ func serveTask(t *testing.T, o rolloutOptions) *rollout {
 		"tests/secret.txt":  r.testsSecret + "\n",
 		"solution/solve.sh": "#!/bin/sh\necho " + solutionSecret + "\n",
 	}
-	for name, body := range files {
-		p := filepath.Join(taskDir, name)
-		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
-		require.NoError(t, os.WriteFile(p, []byte(body), 0o755))
-	}
-	r.workdir = tmpfsDir(t, cmpOr(o.workdirMB, 32))
+	require.NoError(t, writeTree(taskDir, files))
+	r.workdir = tmpfsDir(t, cmp.Or(o.workdirMB, 32))
 	require.NoError(t, os.WriteFile(filepath.Join(r.workdir, "attack.py"), []byte(attackPy), 0o755))
 
 	cfg := daemon.Config{
@@ -165,21 +158,13 @@ func serveTask(t *testing.T, o rolloutOptions) *rollout {
 	require.Eventually(t, func() bool {
 		return r.client.Call(context.Background(), control.Request{Op: "status"}, &r.status) == nil
 	}, 20*time.Second, 10*time.Millisecond, "the daemon serves")
-	var stopped bool
-	var stopErr error
-	r.stop = func() error {
-		if !stopped {
-			stopped = true
-			cancel()
-			select {
-			case stopErr = <-r.done:
-			case <-time.After(30 * time.Second):
-				stopErr = fmt.Errorf("serve did not stop within 30s")
-			}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.done:
+		case <-time.After(30 * time.Second):
 		}
-		return stopErr
-	}
-	t.Cleanup(func() { r.stop() })
+	})
 
 	require.NotNil(t, r.status.SSH)
 	r.sshAddr = r.status.SSH.Listen
@@ -201,11 +186,19 @@ func serveTask(t *testing.T, o rolloutOptions) *rollout {
 	return r
 }
 
-func cmpOr(a, b int) int {
-	if a != 0 {
-		return a
+// writeTree writes files, named by their paths under dir, as a task's files
+// are baked into an image: executable, and the directories made on the way.
+func writeTree(dir string, files map[string]string) error {
+	for name, body := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+			return err
+		}
 	}
-	return b
+	return nil
 }
 
 // keyMaterial is a line from the middle of a PEM private key.
@@ -242,6 +235,10 @@ func tmpfsDir(t *testing.T, mb int) string {
 	return dir
 }
 
+// outputMax is how much of a command's output the suite keeps: some attempts
+// flood on purpose.
+const outputMax = 4 << 20
+
 // result is what one command in the sandbox did.
 type result struct {
 	stdout, stderr string
@@ -252,27 +249,16 @@ type result struct {
 func (x result) output() string { return x.stdout + x.stderr }
 
 func (r *rollout) exec(req control.Request, timeout time.Duration) result {
-	var out, errb lockedBuffer
+	out, errb := &sandboxtest.Buffer{Max: outputMax}, &sandboxtest.Buffer{Max: outputMax}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	exit, err := r.client.Exec(ctx, req, control.Streams{Stdout: &out, Stderr: &errb})
+	exit, err := r.client.Exec(ctx, req, control.Streams{Stdout: out, Stderr: errb})
 	return result{stdout: out.String(), stderr: errb.String(), code: exit.Code, err: err}
 }
 
 // sh runs a script as the rollout's agent user, in the workdir.
 func (r *rollout) sh(script string) result {
 	return r.exec(control.Request{Argv: []string{"/bin/sh", "-c", script}}, 120*time.Second)
-}
-
-// alive checks that the daemon still serves a new session and its status.
-func (r *rollout) alive(t *testing.T) {
-	t.Helper()
-	x := r.sh("echo alive")
-	require.NoError(t, x.err, "a new session after the attempt")
-	require.Equal(t, "alive\n", x.stdout)
-	var st daemon.Status
-	require.NoError(t, r.client.Call(context.Background(), control.Request{Op: "status"}, &st))
-	require.Equal(t, r.status.Sandbox.PID, st.Sandbox.PID, "the same sandbox")
 }
 
 // grade grades through the control socket, as `sandboxd grade` does.
@@ -285,13 +271,10 @@ func (r *rollout) grade(t *testing.T, timeout time.Duration) grade.Verdict {
 	return v
 }
 
-// gradedGenuinely checks that a grading ran the real tests and that its
-// reward is the verifier's own 0.
-func (r *rollout) gradedGenuinely(t *testing.T, v grade.Verdict) {
-	t.Helper()
-	require.Equal(t, grade.StatusGraded, v.Status, "verdict: %+v", v)
-	require.Equal(t, map[string]float64{"reward": 0}, v.Reward, "the reward is the verifier's, not the agent's: %s", v.StdoutTail)
-	require.Contains(t, v.StdoutTail, "tests: "+r.testsSecret, "the verifier saw the real tests")
+// genuine reports whether a verdict is the verifier's own: graded, with the
+// default verifier's reward 0, after it printed the real tests' secret.
+func genuine(v grade.Verdict, testsSecret string) bool {
+	return v.Status == grade.StatusGraded && fmt.Sprint(v.Reward) == "map[reward:0]" && strings.Contains(v.StdoutTail, "tests: "+testsSecret)
 }
 
 // leaks names every secret found in s.
@@ -315,26 +298,6 @@ func (r *rollout) leaksBeyond(s, known string) []string {
 		}
 	}
 	return out
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.b.Len() > 4<<20 {
-		return len(p), nil // keep the first 4 MiB
-	}
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // fakeResolver answers the suite's names from a table; every other name does
@@ -375,11 +338,11 @@ func rebinding(first, second string) func() []netip.Addr {
 }
 
 // tally counts attempts across the suite for the summary TestMain prints.
-var tally = &counter{byTest: map[string]*[3]int{}}
+var tally = &counter{byTest: map[string]*[2]int{}}
 
 type counter struct {
 	mu     sync.Mutex
-	byTest map[string]*[3]int // tried, held, escaped
+	byTest map[string]*[2]int // tried, held; the rest escaped
 }
 
 func (c *counter) add(test string, held bool) {
@@ -388,14 +351,12 @@ func (c *counter) add(test string, held bool) {
 	top, _, _ := strings.Cut(test, "/")
 	n := c.byTest[top]
 	if n == nil {
-		n = &[3]int{}
+		n = &[2]int{}
 		c.byTest[top] = n
 	}
 	n[0]++
 	if held {
 		n[1]++
-	} else {
-		n[2]++
 	}
 }
 
@@ -406,7 +367,7 @@ func (c *counter) print(w *os.File) {
 		return
 	}
 	names := make([]string, 0, len(c.byTest))
-	var total [3]int
+	var total [2]int
 	for n, v := range c.byTest {
 		names = append(names, n)
 		for i := range total {
@@ -417,9 +378,9 @@ func (c *counter) print(w *os.File) {
 	fmt.Fprintf(w, "\nescape attempts (%s/%s):\n", runtime.GOOS, runtime.GOARCH)
 	for _, n := range names {
 		v := c.byTest[n]
-		fmt.Fprintf(w, "  %-48s tried %4d  held %4d  escaped %3d\n", n, v[0], v[1], v[2])
+		fmt.Fprintf(w, "  %-48s tried %4d  held %4d  escaped %3d\n", n, v[0], v[1], v[0]-v[1])
 	}
-	fmt.Fprintf(w, "  %-48s tried %4d  held %4d  escaped %3d\n", "total", total[0], total[1], total[2])
+	fmt.Fprintf(w, "  %-48s tried %4d  held %4d  escaped %3d\n", "total", total[0], total[1], total[0]-total[1])
 }
 
 // knownOpen are escapes that the suite still finds and that are documented
@@ -449,12 +410,6 @@ func clip(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
-}
-
-// jsonString quotes s for a shell script or a Python literal alike.
-func jsonString(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b)
 }
 
 // shq quotes s for the shell.

@@ -106,8 +106,8 @@ func TestEscape_InheritedDescriptors(t *testing.T) {
 	cmd.Env = append(os.Environ(), childproc.Env+"="+roleServeInherited)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
-	var stderr lockedBuffer
-	cmd.Stderr = &stderr
+	stderr := &sandboxtest.Buffer{Max: outputMax}
+	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		stdin.Close()
@@ -126,11 +126,11 @@ func TestEscape_InheritedDescriptors(t *testing.T) {
 	}, 20*time.Second, 20*time.Millisecond, "serve: %s", stderr.String())
 	for _, a := range agents {
 		t.Run(a.name, func(t *testing.T) {
-			var out lockedBuffer
+			out := &sandboxtest.Buffer{Max: outputMax}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			_, err := c.Exec(ctx, control.Request{User: a.user, Argv: []string{"/bin/sh", "-c",
-				`ls -l /proc/1/fd/ 2>&1; timeout 2 cat /proc/1/fd/77 2>&1`}}, control.Streams{Stdout: &out, Stderr: &out})
+				`ls -l /proc/1/fd/ 2>&1; timeout 2 cat /proc/1/fd/77 2>&1`}}, control.Streams{Stdout: out, Stderr: out})
 			require.NoError(t, err)
 			record(t, "read the daemon's inherited descriptor through /proc/1/fd", !strings.Contains(out.String(), secret), out.String())
 		})

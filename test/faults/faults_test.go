@@ -32,7 +32,9 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/daemon"
+	"github.com/sandboxd/sandboxd/internal/procfs"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
+	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 )
 
@@ -80,13 +82,12 @@ func randomHex(n int) string {
 
 // server is `sandboxd serve` running as a process of its own.
 type server struct {
-	t       *testing.T
 	cmd     *exec.Cmd
 	harness string
 	workdir string
 	client  control.Client
 	status  daemon.Status
-	stderr  *syncBuffer
+	stderr  *sandboxtest.Buffer
 	exited  chan struct{}
 	waitErr error
 }
@@ -97,7 +98,7 @@ type taskSpec struct {
 	testSh   string // tests/test.sh body
 }
 
-// task writes a Harbor task into the harness dir's tasks, as adapt bakes it.
+// writeTask writes a Harbor task into the harness dir's tasks, as adapt bakes it.
 func writeTask(t *testing.T, harness string, spec taskSpec) string {
 	t.Helper()
 	name := "fault-task-" + randomHex(4)
@@ -139,7 +140,7 @@ func startServeIn(t *testing.T, harness, workdir, task string) *server {
 	if workdir == "" {
 		workdir = t.TempDir()
 	}
-	s := &server{t: t, harness: harness, workdir: workdir, client: control.Client{HarnessDir: harness}, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	s := &server{harness: harness, workdir: workdir, client: control.Client{HarnessDir: harness}, stderr: &sandboxtest.Buffer{}, exited: make(chan struct{})}
 	require.NoError(t, os.Chmod(s.workdir, 0o1777))
 	args := []string{"serve", "--harness-dir", harness, "--workdir", s.workdir, "--listen", "127.0.0.1:0", "--host", "--log-format", "text", "--harness-keys", harnessKeysFile(t)}
 	if task != "" {
@@ -175,7 +176,7 @@ func startServeIn(t *testing.T, harness, workdir, task string) *server {
 }
 
 func (s *server) exec(script string, timeout time.Duration) (string, control.Exit, error) {
-	var out syncBuffer
+	var out sandboxtest.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	exit, err := s.client.Exec(ctx, control.Request{Argv: []string{"/bin/sh", "-c", script}}, control.Streams{Stdout: &out, Stderr: &out})
@@ -208,39 +209,16 @@ func nsOf(pid int, kind string) string {
 // namespace: sandbox processes, joined helpers, visitors.
 func survivors(pidNS, userNS string) []string {
 	var out []string
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, pid := range procfs.PIDs() {
 		if (pidNS != "" && nsOf(pid, "pid") == pidNS) || (userNS != "" && nsOf(pid, "user") == userNS) {
 			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-			if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+			if st, err := procfs.ReadStat(pid); err == nil && st.State == 'Z' {
 				continue // a zombie waiting for a parent that is not ours
 			}
 			out = append(out, fmt.Sprintf("%d %s", pid, strings.ReplaceAll(string(cmd), "\x00", " ")))
 		}
 	}
 	return out
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // Killing the holder mid-session ends the sessions with a message that says
@@ -263,10 +241,10 @@ func TestHolderKilledMidSession(t *testing.T) {
 	sess, err := c.NewSession()
 	require.NoError(t, err)
 	require.NoError(t, sess.RequestPty("xterm", 24, 80, ssh.TerminalModes{}))
-	var sshOut syncBuffer
+	var sshOut sandboxtest.Buffer
 	sess.Stdout, sess.Stderr = &sshOut, &sshOut
 	require.NoError(t, sess.Start("echo ssh-started; sleep 300"))
-	require.Eventually(t, func() bool { return strings.Contains(sshOut.String(), "ssh-started") }, 10*time.Second, 10*time.Millisecond)
+	sshOut.WaitFor(t, "ssh-started")
 	time.Sleep(200 * time.Millisecond)
 
 	require.NoError(t, unix.Kill(s.status.Sandbox.PID, unix.SIGKILL))
@@ -436,7 +414,7 @@ func TestClientDisconnects(t *testing.T) {
 	})
 
 	t.Run("mid-grade over the control socket", func(t *testing.T) {
-		before := gradings(t, harness)
+		before := gradings(harness)
 		conn, nc, err := s.client.Dial(context.Background(), control.Request{Op: "grade"})
 		require.NoError(t, err)
 		_ = conn
@@ -451,7 +429,7 @@ func TestClientDisconnects(t *testing.T) {
 
 	t.Run("mid-grade over SSH with a harness key", func(t *testing.T) {
 		// The harness's own door: `ssh harness@sandbox sandboxd grade`.
-		before := gradings(t, harness)
+		before := gradings(harness)
 		c := harnessSSH(t, s)
 		sess, err := c.NewSession()
 		require.NoError(t, err)
@@ -464,7 +442,7 @@ func TestClientDisconnects(t *testing.T) {
 }
 
 // gradings counts the grading directories in the harness dir.
-func gradings(t *testing.T, harness string) int {
+func gradings(harness string) int {
 	entries, _ := os.ReadDir(filepath.Join(harness, "grade"))
 	return len(entries)
 }
@@ -553,7 +531,7 @@ func TestGradingOnAFullDisk(t *testing.T) {
 	harness, workdir := filepath.Join(root, "harness"), filepath.Join(root, "work")
 	require.NoError(t, os.MkdirAll(harness, 0o700))
 	require.NoError(t, os.MkdirAll(workdir, 0o1777))
-	require.NoError(t, os.WriteFile(filepath.Join(harness, ".sandboxd-harness"), nil, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(harness, bwrap.HarnessMarker), nil, 0o600))
 	task := writeTask(t, harness, taskSpec{testSh: "echo 1 > /logs/verifier/reward.txt\n"})
 	s := startServeIn(t, harness, workdir, task)
 	out, _, err := s.exec("dd if=/dev/zero of=fill bs=64k 2>&1 | grep -i space; df -k . | tail -1", time.Minute)

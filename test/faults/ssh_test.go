@@ -7,12 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
 // harnessKey is the key every serve of this run accepts as a harness key.
@@ -39,15 +39,7 @@ func harnessKeysFile(t *testing.T) string {
 func dialSSH(t *testing.T, s *server, signer ssh.Signer) *ssh.Client {
 	t.Helper()
 	require.NotNil(t, s.status.SSH, "serve has its SSH door on")
-	c, err := ssh.Dial("tcp", s.status.SSH.Listen, &ssh.ClientConfig{
-		User:            "agent",
-		Auth:            []ssh.AuthMethod{ssh.PublicKeys(signer)},
-		HostKeyCallback: ssh.InsecureIgnoreHostKey(), // a door on loopback that this test started
-		Timeout:         10 * time.Second,
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { c.Close() })
-	return c
+	return sandboxtest.DialSSH(t, s.status.SSH.Listen, signer)
 }
 
 // sshClient logs in with the agent key serve generated (`sandboxd keys`).

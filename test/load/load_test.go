@@ -33,6 +33,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/daemon"
+	"github.com/sandboxd/sandboxd/internal/procfs"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 )
@@ -60,7 +61,6 @@ type served struct {
 	client  control.Client
 	status  daemon.Status
 	sshKey  ssh.Signer
-	stop    func()
 }
 
 type resolver map[string]netip.Addr
@@ -98,7 +98,7 @@ func serve(t *testing.T, network *daemon.Network, res egress.Resolver) *served {
 	var err error
 	s.sshKey, err = ssh.ParsePrivateKey([]byte(keys["private_key"]))
 	require.NoError(t, err)
-	s.stop = func() {
+	t.Cleanup(func() {
 		cancel()
 		select {
 		case err := <-done:
@@ -106,20 +106,15 @@ func serve(t *testing.T, network *daemon.Network, res egress.Resolver) *served {
 		case <-time.After(30 * time.Second):
 			t.Error("serve did not stop")
 		}
-	}
-	t.Cleanup(s.stop)
+	})
 	return s
 }
 
+// dial logs in over SSH as the agent. The tests close the client before
+// they measure; the test's end closes it in any case.
 func (s *served) dial(t *testing.T) *ssh.Client {
 	t.Helper()
-	c, err := ssh.Dial("tcp", s.status.SSH.Listen, &ssh.ClientConfig{
-		User: "agent", Auth: []ssh.AuthMethod{ssh.PublicKeys(s.sshKey)},
-		HostKeyCallback: ssh.InsecureIgnoreHostKey(), // this process's own door on loopback
-		Timeout:         10 * time.Second,
-	})
-	require.NoError(t, err)
-	return c
+	return sandboxtest.DialSSH(t, s.status.SSH.Listen, s.sshKey)
 }
 
 // snapshot is what the daemon holds at one moment.
@@ -140,42 +135,33 @@ func (s *served) measure() snapshot {
 	fds, _ := os.ReadDir("/proc/self/fd")
 	snap.FDs = len(fds)
 	snap.Goroutines = runtime.NumGoroutine()
-	status, _ := os.ReadFile("/proc/self/status")
-	for _, line := range strings.Split(string(status), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.Atoi(f[1])
-			snap.RSSMiB = kb / 1024
-		}
-	}
+	snap.RSSMiB = sandboxtest.RSSMiB()
 	me := os.Getpid()
 	pidNS, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", s.status.Sandbox.PID))
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
+	for _, pid := range procfs.PIDs() {
+		st, err := procfs.ReadStat(pid)
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		i := strings.LastIndexByte(string(stat), ')')
-		f := strings.Fields(string(stat)[i+1:])
-		if len(f) < 2 {
-			continue
-		}
-		if ppid, _ := strconv.Atoi(f[1]); ppid == me {
+		if st.PPID == me {
 			snap.Children++
 		}
 		if ns, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); ns == pidNS {
 			snap.SandboxProcs++
-			if f[0] == "Z" {
+			if st.State == 'Z' {
 				snap.SandboxZombies++
 			}
 		}
 	}
 	return snap
 }
+
+// How far over its baseline settled lets the daemon stay.
+const (
+	fdSlack        = 4
+	goroutineSlack = 8
+	rssSlackMiB    = 64
+)
 
 // settled waits until the daemon is back within slack of base and returns
 // what it measured last.
@@ -185,19 +171,19 @@ func (s *served) settled(t *testing.T, base snapshot) snapshot {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		now = s.measure()
-		back := now.FDs <= base.FDs+4 && now.Goroutines <= base.Goroutines+8 && now.Children <= base.Children &&
+		back := now.FDs <= base.FDs+fdSlack && now.Goroutines <= base.Goroutines+goroutineSlack && now.Children <= base.Children &&
 			now.SandboxProcs <= base.SandboxProcs && now.SandboxZombies == 0
 		if back || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	assert.LessOrEqual(t, now.FDs, base.FDs+4, "descriptors return to the baseline")
-	assert.LessOrEqual(t, now.Goroutines, base.Goroutines+8, "goroutines return to the baseline")
+	assert.LessOrEqual(t, now.FDs, base.FDs+fdSlack, "descriptors return to the baseline")
+	assert.LessOrEqual(t, now.Goroutines, base.Goroutines+goroutineSlack, "goroutines return to the baseline")
 	assert.LessOrEqual(t, now.Children, base.Children, "no child process is left")
 	assert.LessOrEqual(t, now.SandboxProcs, base.SandboxProcs, "no process is left in the sandbox")
 	assert.Zero(t, now.SandboxZombies, "no zombie is left in the sandbox")
-	assert.LessOrEqual(t, now.RSSMiB, base.RSSMiB+64, "memory returns near the baseline")
+	assert.LessOrEqual(t, now.RSSMiB, base.RSSMiB+rssSlackMiB, "memory returns near the baseline")
 	return now
 }
 
@@ -208,7 +194,7 @@ func (s *served) session(c *ssh.Client, kind, n int, hold string) error {
 	script := hold + "echo " + word
 	switch kind {
 	case 0, 1:
-		var out syncBuffer
+		var out sandboxtest.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		exit, err := s.client.Exec(ctx, control.Request{Argv: []string{"/bin/sh", "-c", script}, TTY: kind == 1}, control.Streams{Stdout: &out, Stderr: &out})
@@ -237,27 +223,10 @@ func (s *served) session(c *ssh.Client, kind, n int, hold string) error {
 	return nil
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.b = append(b.b, p...)
-	return len(p), nil
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.b)
-}
-
-func TestLoad_SequentialSessions(t *testing.T) {
-	n, _ := sizes()
-	s := serve(t, nil, nil)
+// baseline warms the daemon up with one session of each kind, so that what
+// it sets up once is not taken for a leak, and measures it.
+func (s *served) baseline(t *testing.T) snapshot {
+	t.Helper()
 	warm := s.dial(t)
 	for k := 0; k < 4; k++ {
 		require.NoError(t, s.session(warm, k, k, ""))
@@ -265,18 +234,20 @@ func TestLoad_SequentialSessions(t *testing.T) {
 	warm.Close()
 	base := s.measure()
 	t.Logf("baseline: %s", base)
+	return base
+}
+
+func TestLoad_SequentialSessions(t *testing.T) {
+	n, _ := sizes()
+	s := serve(t, nil, nil)
+	base := s.baseline(t)
 
 	c := s.dial(t)
 	start := time.Now()
-	var peak snapshot
 	for i := 0; i < n; i++ {
 		require.NoError(t, s.session(c, i%4, i, ""))
 		if (i+1)%(n/4) == 0 {
-			m := s.measure()
-			if m.FDs > peak.FDs {
-				peak = m
-			}
-			t.Logf("%d sessions in %s: %s", i+1, time.Since(start).Round(time.Millisecond), m)
+			t.Logf("%d sessions in %s: %s", i+1, time.Since(start).Round(time.Millisecond), s.measure())
 		}
 	}
 	c.Close()
@@ -290,13 +261,7 @@ func TestLoad_SequentialSessions(t *testing.T) {
 func TestLoad_ConcurrentSessions(t *testing.T) {
 	_, n := sizes()
 	s := serve(t, nil, nil)
-	warm := s.dial(t)
-	for k := 0; k < 4; k++ {
-		require.NoError(t, s.session(warm, k, k, ""))
-	}
-	warm.Close()
-	base := s.measure()
-	t.Logf("baseline: %s", base)
+	base := s.baseline(t)
 
 	// SSH sessions spread over connections of at most 48 channels each
 	// (sshd's per-connection limit is 64).
@@ -370,7 +335,7 @@ func TestLoad_ProxyTunnels(t *testing.T) {
 	base := s.measure()
 	t.Logf("baseline: %s", base)
 
-	var out syncBuffer
+	var out sandboxtest.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	exit, err := s.client.Exec(ctx, control.Request{Argv: []string{"/usr/bin/python3", script, strconv.Itoa(port), "200", "20"}}, control.Streams{Stdout: &out, Stderr: &out})
