@@ -278,8 +278,9 @@ func TestHolderKilledMidSession(t *testing.T) {
 	assert.True(t, os.IsNotExist(err), "the control socket is gone")
 }
 
-// SIGTERM (docker stop) and, separately, SIGKILL: no process of the sandbox
-// survives either, and a serve started after the SIGKILL starts cleanly on
+// Lessons 48 and 60: SIGTERM (docker stop) and, separately, SIGKILL: no
+// process of the sandbox survives either, the verifier of a grading in
+// flight included, and a serve started after the SIGKILL starts cleanly on
 // the same harness dir.
 func TestDaemonSignals(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
