@@ -171,6 +171,9 @@ func (p *mountPlan) hide(a *Args) error {
 		}
 		return parents[i] < parents[j]
 	})
+	for _, dir := range ancestorsToPin(parents) {
+		a.Add("--bind", dir, dir)
+	}
 	for _, parent := range parents {
 		if p.insideHidden(parent) {
 			continue
@@ -209,6 +212,46 @@ func (p *mountPlan) hide(a *Args) error {
 		}
 	}
 	return nil
+}
+
+// ancestorsToPin lists the directories above the rebuilt parents, shallowest
+// first, that would otherwise be plain directories of the sandbox's view.
+// Each is bound onto itself, so that it is a mount point there: the agent
+// can then neither rename nor replace it (EBUSY), and the path to every
+// hidden directory means, for the daemon, what it meant at start. A
+// directory inside a rebuilt parent is a bound-back sibling already, and
+// one that is a rebuilt parent is a tmpfs.
+func ancestorsToPin(parents []string) []string {
+	rebuilt := map[string]bool{}
+	for _, parent := range parents {
+		rebuilt[parent] = true
+	}
+	underRebuilt := func(dir string) bool {
+		for d := filepath.Dir(dir); d != "/"; d = filepath.Dir(d) {
+			if rebuilt[d] {
+				return true
+			}
+		}
+		return false
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, parent := range parents {
+		var chain []string
+		for d := filepath.Dir(parent); d != "/"; d = filepath.Dir(d) {
+			chain = append(chain, d)
+		}
+		for i := len(chain) - 1; i >= 0; i-- {
+			d := chain[i]
+			if seen[d] || rebuilt[d] || underRebuilt(d) {
+				continue
+			}
+			seen[d] = true
+			out = append(out, d)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return strings.Count(out[i], "/") < strings.Count(out[j], "/") })
+	return out
 }
 
 func (p *mountPlan) insideHidden(dir string) bool {

@@ -38,11 +38,19 @@ func Check(ctx context.Context, cfg CheckConfig) (CheckResult, error) {
 		return CheckResult{}, fmt.Errorf("healthcheck: %w", err)
 	}
 	defer out.Close()
+	harness, err := harnessID(cfg.HarnessDir)
+	if err != nil {
+		return CheckResult{}, err
+	}
+	hosts, err := beneathHarness(cfg.HarnessDir, cfg.Hosts)
+	if err != nil {
+		return CheckResult{}, err
+	}
 	params := visitorParams{
-		Holder: cfg.Target.PID,
-		Mask:   masks(Config{HarnessDir: cfg.HarnessDir, Mask: cfg.Mask}),
-		Hosts:  cfg.Hosts,
-		Spec:   join.Spec{User: cfg.User, Env: cfg.Env, Dir: cfg.Workdir, Argv: cfg.Argv},
+		Harness: harness,
+		Mask:    masks(Config{HarnessDir: cfg.HarnessDir, Mask: cfg.Mask}),
+		Hosts:   hosts,
+		Spec:    join.Spec{User: cfg.User, Env: cfg.Env, Dir: cfg.Workdir, Argv: cfg.Argv},
 	}
 	run, err := runVisitor(ctx, cfg.Target, params, out, cfg.Timeout)
 	if err != nil {

@@ -58,24 +58,6 @@ func openDir(abs string, flags int) (int, error) {
 	return fd, nil
 }
 
-// mkdirAll makes abs and its missing parents with mode, following no
-// symlink, and opens it like openDir. Directories it finds are left as they are.
-func mkdirAll(abs string, mode uint32, flags int) (int, error) {
-	parent := path.Dir(path.Clean(abs))
-	if parent != abs {
-		pfd, err := mkdirAll(parent, mode, unix.O_PATH)
-		if err != nil {
-			return -1, err
-		}
-		err = unix.Mkdirat(pfd, path.Base(abs), mode)
-		unix.Close(pfd)
-		if err != nil && err != unix.EEXIST {
-			return -1, fmt.Errorf("create %s: %w", abs, err)
-		}
-	}
-	return openDir(abs, flags)
-}
-
 // errNotDirectory marks a path where a directory must be but something else
 // is: in the shared filesystem, something the agent put there.
 var errNotDirectory = errors.New("a symlink or a file where a directory must be")

@@ -96,44 +96,20 @@ func Run(ctx context.Context, cfg Config) (Verdict, error) {
 	defer ws.close(log)
 	log = log.With("grade", ws.n)
 
-	// The two mount points are in the shared filesystem, where a root agent
-	// can put a symlink or a file instead: that is the agent's doing, and
-	// the verdict says so rather than sandboxd failing.
-	planted := func(err error) (Verdict, error) {
-		if errors.Is(err, errNotDirectory) {
-			return Verdict{Status: StatusError, ExitCode: -1, Message: "the tests were not run: " + err.Error() + "; something in the sandbox replaced it"}, nil
-		}
+	harness, err := harnessID(cfg.HarnessDir)
+	if err != nil {
 		return internal(err)
 	}
-	mp, err := acquireTestsDir(ctx, log)
+	hosts, err := beneathHarness(cfg.HarnessDir, cfg.Hosts)
 	if err != nil {
-		return planted(err)
+		return internal(err)
 	}
-	defer mp.release(log)
-	// /logs/verifier exists in any Harbor image (a host mount); bwrap makes
-	// it for the sandbox's own mask. Make it if neither did, never through
-	// a symlink the agent planted on the way.
-	vfd, err := mkdirAll(verdictMount, 0o755, unix.O_PATH)
-	if err != nil {
-		return planted(fmt.Errorf("the %s mount point: %w", verdictMount, err))
-	}
-	var vst unix.Stat_t
-	err = unix.Fstat(vfd, &vst)
-	unix.Close(vfd)
-	if err != nil {
-		return internal(fmt.Errorf("grade: stat %s: %w", verdictMount, err))
-	}
-
 	params := visitorParams{
-		Holder: cfg.Target.PID,
-		Pin:    []string{testsMount},
-		Binds: []bind{
-			{Source: filepath.Join(ws.dir, "tests"), Target: testsMount, Dev: mp.dev, Ino: mp.ino},
-			{Source: filepath.Join(ws.dir, "verdict"), Target: verdictMount, Dev: vst.Dev, Ino: vst.Ino},
-		},
-		Mask:  masks(cfg),
-		Hosts: cfg.Hosts,
-		Spec:  join.Spec{User: cfg.User, Env: cfg.Env, Dir: cfg.Workdir, Argv: []string{testsMount + "/test.sh"}},
+		Harness:   harness,
+		Workspace: filepath.Join("grade", strconv.Itoa(ws.n)),
+		Mask:      masks(cfg),
+		Hosts:     hosts,
+		Spec:      join.Spec{User: cfg.User, Env: cfg.Env, Dir: cfg.Workdir, Argv: []string{"/" + testsDir + "/test.sh"}},
 	}
 	log.Info("grade: verifier starting", "dir", ws.dir, "uid", cfg.User.UID, "gid", cfg.User.GID, "workdir", cfg.Workdir, "timeout", timeout)
 	run, err := runVisitor(ctx, cfg.Target, params, ws.output, timeout)
@@ -309,12 +285,12 @@ func (ws *workspace) close(log *slog.Logger) {
 	}
 }
 
-// masks lists what the visitor covers: the harness dir, every other marked
-// harness dir beside it (two trials on one host never see each other's
-// tests), and the caller's extra paths.
+// masks lists what the visitor covers beside the harness dir itself: every
+// other marked harness dir beside it (two trials on one host never see each
+// other's tests), and the caller's extra paths.
 func masks(cfg Config) []string {
 	harness := filepath.Clean(cfg.HarnessDir)
-	out := []string{harness}
+	var out []string
 	parent := filepath.Dir(harness)
 	if entries, err := os.ReadDir(parent); err == nil {
 		for _, e := range entries {
@@ -331,6 +307,33 @@ func masks(cfg Config) []string {
 		out = append(out, filepath.Clean(m))
 	}
 	return out
+}
+
+// harnessID opens the harness dir without following a symlink and names
+// the directory it is, for the visitor to find again.
+func harnessID(dir string) (dirID, error) {
+	fd, err := openDir(dir, unix.O_PATH)
+	if err != nil {
+		return dirID{}, fmt.Errorf("grade: harness dir: %w", err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return dirID{}, fmt.Errorf("grade: stat the harness dir: %w", err)
+	}
+	return dirID{Path: filepath.Clean(dir), Dev: st.Dev, Ino: st.Ino}, nil
+}
+
+// beneathHarness is path relative to the harness dir ("" stays "").
+func beneathHarness(harness, path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	rel, err := filepath.Rel(harness, path)
+	if err != nil || !filepath.IsLocal(rel) {
+		return "", fmt.Errorf("grade: %s is not inside the harness dir %s", path, harness)
+	}
+	return rel, nil
 }
 
 // visitorRun is how the visitor ended.
@@ -364,13 +367,15 @@ func runVisitor(ctx context.Context, target join.Target, params visitorParams, o
 
 	cmd := target.Join([]string{"user", "net"}, roleVisitor)
 	cmd.ExtraFiles = []*os.File{paramsFile, output, resW}
-	// Its own process group, for the kill at the timeout; the verifier gets a
-	// session of its own from the enter step.
-	cmd.Setpgid = true
-	// A verifier in flight must not outlive a daemon that was killed: the
-	// visitor ends its tree on SIGTERM (a container's PID 1 takes its whole
-	// pid namespace with it; a daemon that is not PID 1 needs this).
-	cmd.Pdeathsig = syscall.SIGTERM
+	// pid 1 of a pid namespace of its own: the verifier sees neither the
+	// daemon nor anything else of the substrate, so nothing it runs can
+	// signal the grader; and when the visitor ends, the kernel ends all
+	// that the verifier left.
+	cmd.NewPIDNamespace = true
+	// A verifier in flight must not outlive a daemon that was killed.
+	// SIGKILL reaches a namespace's pid 1 from outside it; from inside,
+	// the verifier can send it nothing it has not asked for.
+	cmd.Pdeathsig = syscall.SIGKILL
 	stderr := &tail{}
 	cmd.Stderr = stderr
 	cmd.WaitDelay = 5 * time.Second
@@ -390,11 +395,11 @@ func runVisitor(ctx context.Context, target join.Target, params visitorParams, o
 	case run.waitErr = <-done:
 	case <-timer.C:
 		run.timedOut = true
-		(&join.Process{PID: cmd.Process.Pid}).KillTree()
+		cmd.Process.Kill() // and with it the visitor's whole pid namespace
 		run.waitErr = <-done
 	case <-ctx.Done():
 		run.interrupted = ctx.Err()
-		(&join.Process{PID: cmd.Process.Pid}).KillTree()
+		cmd.Process.Kill()
 		run.waitErr = <-done
 	}
 	run.duration = time.Since(start)

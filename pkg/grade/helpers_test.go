@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
@@ -89,9 +88,8 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// testsLeftAsFound checks that grading removed the /tests mount point it
-// made. Another process on the machine may be grading at the same time and
-// hold one of its own: that one is locked, and is not a leftover.
+// testsLeftAsFound checks that grading made no /tests in the shared
+// filesystem: the verifier's exists only in its own view.
 func testsLeftAsFound(t *testing.T) {
 	t.Helper()
 	sandboxtest.SharedTests(t)
@@ -101,13 +99,8 @@ func testsLeftAsFound(t *testing.T) {
 		if existed {
 			return
 		}
-		fd, err := unix.Open("/tests", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return
-		}
-		defer unix.Close(fd)
-		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil {
-			t.Errorf("grading left /tests behind in the shared filesystem, and no grader holds it")
+		if _, err := os.Lstat("/tests"); err == nil {
+			t.Errorf("grading left /tests behind in the shared filesystem")
 		}
 	})
 }

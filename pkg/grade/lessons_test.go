@@ -192,8 +192,10 @@ func TestLesson43_AgentProcessesAliveDuringGrading(t *testing.T) {
 	testsLeftAsFound(t)
 	w := newWorld(t)
 	startAgentServer(t, w, 6665)
+	// The verifier reaches the agent's server over the sandbox's network;
+	// it does not see the agent's processes (its pid namespace is its own,
+	// see TestVerifierSeesOnlyItsOwnProcesses).
 	tests := w.tests(t, "#!/bin/bash\n"+askAgentServer(6665)+
-		"pgrep -f agent-server >/dev/null || { echo the verifier cannot see the agent; exit 1; }\n"+
 		"echo 1 > /logs/verifier/reward.txt\n", nil)
 	v := w.grade(t, w.config(t, tests))
 	require.Equal(t, grade.StatusGraded, v.Status, "%s\n%s", v.Message, v.StdoutTail)
@@ -393,7 +395,7 @@ i=0; while [ ! -e `+sync+`/agent-done ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i
 	b, err := os.ReadFile(filepath.Join(sync, "agent-saw"))
 	require.NoError(t, err, "the agent session did not run during grading")
 	saw := string(b)
-	assert.Contains(t, saw, "tests: \n", "the agent saw something in /tests")
+	assert.Contains(t, saw, "tests: ls: cannot access '/tests'", "/tests exists in the agent's view while the verifier runs")
 	assert.Contains(t, saw, "verdict: \n", "the agent saw the verdict")
 	assert.NotContains(t, saw, "secret-test-content")
 	assert.Contains(t, saw, "No such file", "the agent could read /tests/test.sh")
@@ -534,8 +536,8 @@ func TestSandboxGoneIsInternalError(t *testing.T) {
 	assert.Nil(t, v.Reward)
 }
 
-// A root agent that plants a symlink at /tests before grading gets the
-// tests run nowhere near it: grading stops with verifier_error, the symlink's
+// A root agent that plants a symlink at /tests before grading changes
+// nothing: the verifier's /tests exists only in its own view, the planted
 // target is neither run nor written, and the symlink is left as it was.
 func TestPlantedTestsSymlinkChangesNothing(t *testing.T) {
 	w := newWorld(t)
@@ -553,10 +555,9 @@ func TestPlantedTestsSymlinkChangesNothing(t *testing.T) {
 	t.Cleanup(func() { os.Remove("/tests") })
 
 	v, err := grade.Run(context.Background(), w.config(t, w.tests(t, "#!/bin/sh\necho 0 > /logs/verifier/reward.txt\n", nil)))
-	require.NoError(t, err, "an agent's doing is not sandboxd's failure")
-	assert.Equal(t, grade.StatusError, v.Status)
-	assert.Contains(t, v.Message, "/tests")
-	assert.Nil(t, v.Reward)
+	require.NoError(t, err)
+	assert.Equal(t, grade.StatusGraded, v.Status, v.Message)
+	assert.Equal(t, map[string]float64{"reward": 0}, v.Reward, "the task's own test.sh decides")
 	_, err = os.Stat(ran)
 	assert.True(t, os.IsNotExist(err), "the planted test.sh ran")
 	target, err := os.Readlink("/tests")
@@ -565,25 +566,16 @@ func TestPlantedTestsSymlinkChangesNothing(t *testing.T) {
 	require.NoError(t, os.Remove("/tests"))
 }
 
-// Removing or renaming a directory in the shared filesystem detaches what
-// another mount namespace mounted on it: a root agent that swapped /tests
-// while the verifier ran could feed it files of its own. The pin makes
-// /tests a mount point in the agent's view while the verifier runs, so the
-// swap fails and the verifier reads the task's own files.
-func TestRootAgentCannotSwapTestsWhileVerifierRuns(t *testing.T) {
+// A root agent that makes a /tests of its own while the verifier runs, and
+// swaps files into it, feeds the verifier nothing: the verifier's /tests is
+// a directory of its own view, not a name in the shared filesystem.
+func TestAgentTestsDirectoryIsNotTheVerifiers(t *testing.T) {
 	testsLeftAsFound(t)
 	w := newWorld(t)
 	sync := sharedDir(t)
-	t.Cleanup(func() {
-		// Should the pin ever fail, put the machine's /tests back.
-		if _, err := os.Lstat("/tests.swapped"); err == nil {
-			os.RemoveAll("/tests")
-			os.Rename("/tests.swapped", "/tests")
-		}
-	})
+	t.Cleanup(func() { os.RemoveAll("/tests") })
 	agent := `while [ ! -e ` + sync + `/grading ]; do sleep 0.05; done
-{ rmdir /tests && echo removed
-  mv /tests /tests.swapped && echo renamed
+{ test -e /tests && echo exists
   mkdir -p /tests && echo FAKE > /tests/secret && echo planted
   mount | grep -q ' /tests ' && echo "mount point"; } > ` + sync + `/agent 2>&1
 touch ` + sync + `/agent-done`
@@ -602,10 +594,10 @@ echo "secret: $(cat /tests/secret 2>&1)"
 	t.Logf("agent: %s", agentSaw)
 	require.Equal(t, grade.StatusGraded, v.Status, "%s\n%s", v.Message, v.StdoutTail)
 	assert.Equal(t, map[string]float64{"reward": 1}, v.Reward, "the verifier read the agent's files: %s", v.StdoutTail)
-	assert.NotContains(t, agentSaw, "removed")
-	assert.NotContains(t, agentSaw, "renamed")
-	assert.NotContains(t, agentSaw, "planted")
-	assert.Contains(t, agentSaw, "mount point")
+	assert.NotContains(t, agentSaw, "exists", "grading made /tests in the shared filesystem")
+	assert.Contains(t, agentSaw, "planted")
+	assert.NotContains(t, agentSaw, "mount point")
+	require.NoError(t, os.RemoveAll("/tests"))
 	r = w.sb.Sh(t, "0", "grep ' /tests ' /proc/self/mounts")
-	assert.NotEqual(t, 0, r.Code, "the pin outlived grading: %s", r.Stdout)
+	assert.NotEqual(t, 0, r.Code, "grading left a mount in the agent's view: %s", r.Stdout)
 }

@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -45,23 +44,23 @@ var errReplaced = errors.New("the directory was replaced in the shared filesyste
 // visitorParams is everything the visitor needs; it travels in a memfd so
 // that none of it shows in a command line.
 type visitorParams struct {
-	Holder int       `json:"holder"` // the sandbox's pid 1, whose mount namespace gets the pins
-	Pin    []string  `json:"pin"`    // bind targets to pin in the sandbox's view (see pin)
-	Binds  []bind    `json:"binds"`
-	Mask   []string  `json:"mask"`  // covered by an empty read-only tmpfs (a file: by /dev/null)
-	Hosts  string    `json:"hosts"` // a hosts file bound over /etc/hosts; "" keeps the substrate's
-	Spec   join.Spec `json:"spec"`
+	// Harness is the harness dir as the daemon opened it: the visitor uses
+	// nothing beneath it unless it finds that very directory there.
+	Harness dirID `json:"harness"`
+	// Workspace, relative to the harness dir, holds tests/ and verdict/,
+	// bound at /tests and /logs/verifier; "" for a healthcheck, which gets
+	// neither.
+	Workspace string    `json:"workspace,omitempty"`
+	Mask      []string  `json:"mask"`  // covered by an empty read-only tmpfs (a file: by /dev/null)
+	Hosts     string    `json:"hosts"` // relative to the harness dir: bound over /etc/hosts; "" keeps the substrate's
+	Spec      join.Spec `json:"spec"`
 }
 
-// bind is one directory of the harness bound into the visitor's view. The
-// target is in the shared filesystem, where the agent can replace it: the
-// daemon names the directory it checked (Dev, Ino), and the visitor mounts
-// onto that one or not at all.
-type bind struct {
-	Source string `json:"source"`
-	Target string `json:"target"`
-	Dev    uint64 `json:"dev"`
-	Ino    uint64 `json:"ino"`
+// dirID names a directory and the one it must be when opened again.
+type dirID struct {
+	Path string `json:"path"`
+	Dev  uint64 `json:"dev"`
+	Ino  uint64 `json:"ino"`
 }
 
 // visitorResult is the visitor's report. Setup is set when its own view could
@@ -82,6 +81,10 @@ func visitor(_ []string) int {
 	for fd := fdParams; fd <= fdResult; fd++ {
 		unix.CloseOnExec(fd)
 	}
+	// The verifier runs code the agent planted. It shares our uid, so only
+	// our being undumpable (and its smaller capability set) keeps it out of
+	// /proc/1/fd, where the harness dir was open while the view was built.
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	result := os.NewFile(fdResult, "result")
 	report := func(r visitorResult) int {
 		json.NewEncoder(result).Encode(r)
@@ -91,19 +94,18 @@ func visitor(_ []string) int {
 		return r.Code
 	}
 	var p visitorParams
-	raw, err := io.ReadAll(os.NewFile(fdParams, "params"))
+	params := os.NewFile(fdParams, "params")
+	raw, err := io.ReadAll(io.LimitReader(params, 1<<20))
+	params.Close()
 	if err != nil {
 		return report(visitorResult{Setup: fmt.Sprintf("read visitor parameters: %v", err)})
 	}
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return report(visitorResult{Setup: fmt.Sprintf("decode visitor parameters: %v", err)})
 	}
-	if err := pin(p.Holder, p.Pin); err != nil {
-		return report(visitorResult{Setup: err.Error()})
+	if os.Getpid() != 1 {
+		return report(visitorResult{Setup: "the visitor must be pid 1 of a pid namespace of its own"})
 	}
-	// The pins go when the verifier is done; if we are killed first (the
-	// timeout), the daemon's removal of /tests detaches them.
-	defer unpin(p.Holder, p.Pin)
 	if err := buildView(p); err != nil {
 		if errors.Is(err, errReplaced) {
 			// The agent's doing, not ours: the verdict says so.
@@ -111,21 +113,9 @@ func visitor(_ []string) int {
 		}
 		return report(visitorResult{Setup: err.Error()})
 	}
-	// Whatever the verifier leaves behind is re-parented to us, not to the
-	// substrate's init, so that we can end it (lesson 60).
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		return report(visitorResult{Setup: fmt.Sprintf("become a child subreaper: %v", err)})
-	}
-	// SIGTERM is our parent-death signal (see runVisitor): if the daemon
-	// dies while the verifier runs, its whole tree ends with us rather than
-	// run on in the substrate.
-	term := make(chan os.Signal, 1)
-	signal.Notify(term, syscall.SIGTERM)
-	go func() {
-		<-term
-		killLeftovers()
-		os.Exit(128 + int(syscall.SIGTERM))
-	}()
+	// We are pid 1 of the verifier's pid namespace: whatever it leaves
+	// behind is re-parented to us, and ends with us (the daemon's SIGKILL at
+	// the timeout, or our parent-death signal, takes the whole namespace).
 	return report(runVerifier(p.Spec))
 }
 
@@ -163,103 +153,27 @@ func runVerifier(spec join.Spec) visitorResult {
 	return visitorResult{Code: code, Signal: int(sig)}
 }
 
-// killLeftovers kills every process below the visitor until none is left.
-// As a child subreaper, everything the verifier started stays below us,
-// however it detached (setsid, double fork, nohup).
+// killLeftovers kills every process of the verifier's pid namespace but
+// us, and reaps them, however they detached (setsid, double fork, nohup):
+// as its pid 1, kill(-1) reaches exactly them.
 func killLeftovers() {
-	self := os.Getpid()
-	for round := 0; ; round++ {
-		pids := join.Descendants(self)
-		for _, pid := range pids {
-			unix.Kill(pid, syscall.SIGKILL)
-		}
+	for {
+		unix.Kill(-1, syscall.SIGKILL)
 		var ws unix.WaitStatus
-		for {
-			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-			if err == unix.ECHILD {
-				return
-			}
-			if pid <= 0 || err != nil {
-				break
-			}
-		}
-		if round > 10 {
-			time.Sleep(time.Millisecond)
+		if _, err := unix.Wait4(-1, &ws, 0, nil); err == unix.ECHILD {
+			return
 		}
 	}
 }
 
-// pin covers each path with an empty read-only tmpfs in the *sandbox's*
-// mount namespace, for as long as the verifier runs. The bind targets live
-// in the shared filesystem, and a root agent could otherwise rename or
-// remove /tests under the verifier — removing a directory detaches what
-// other namespaces mounted on it — and put files of its own there for the
-// verifier to run. A directory that is a mount point in the agent's own
-// namespace can be neither renamed nor removed, and the agent, without
-// CAP_SYS_ADMIN, cannot unmount the pin. The agent sees an empty /tests
-// either way. Pinning comes before the binds, which then check that /tests
-// is still the directory the daemon made: once pinned it cannot change.
-func pin(holder int, paths []string) error {
-	if len(paths) == 0 {
-		return nil
-	}
-	return inSandboxMounts(holder, func() error {
-		for _, p := range paths {
-			flags := uintptr(unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
-			if err := unix.Mount("tmpfs", p, "tmpfs", flags, "size=4k,mode=0555"); err != nil {
-				return fmt.Errorf("pin %s in the sandbox: %w", p, err)
-			}
-		}
-		return nil
-	})
-}
-
-// unpin takes one pin off each path (the topmost: pins of visitors that
-// overlap stack, and each takes one away).
-func unpin(holder int, paths []string) {
-	if len(paths) == 0 {
-		return
-	}
-	inSandboxMounts(holder, func() error {
-		for _, p := range paths {
-			unix.Unmount(p, unix.MNT_DETACH)
-		}
-		return nil
-	})
-}
-
-// inSandboxMounts runs fn on an OS thread of its own that has joined the
-// sandbox's mount namespace. The thread is never unlocked, so it ends with
-// its goroutine and nothing else ever runs in that namespace. It has to
-// leave the filesystem attributes it shares with the other threads first:
-// setns refuses a mount namespace to a thread that shares them.
-func inSandboxMounts(holder int, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_FS); err != nil {
-			errc <- fmt.Errorf("unshare filesystem attributes: %w", err)
-			return
-		}
-		fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/mnt", holder), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- fmt.Errorf("open the sandbox's mount namespace: %w", err)
-			return
-		}
-		err = unix.Setns(fd, unix.CLONE_NEWNS)
-		unix.Close(fd)
-		if err != nil {
-			errc <- fmt.Errorf("join the sandbox's mount namespace: %w", err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
-
-// buildView makes the visitor's mount namespace: private, the harness's two
-// directories bound at /tests and /logs/verifier, the harness and the other
-// masked paths covered, and Docker's read-only and masked paths re-applied.
+// buildView gives the visitor a root of its own and makes it the visitor's
+// root. The root is a tmpfs whose top-level entries are binds of the
+// substrate's: /tests and /logs/verifier exist only in this view, bound from
+// the harness dir, and /logs is rebuilt the same way one level down, so
+// nothing of grading is ever made in the shared filesystem and no name in it
+// that the agent can rename, swap or replace is resolved again once the view
+// stands. Everything is opened beneath a directory descriptor, without
+// following symlinks, and mounted through /proc/self/fd.
 func buildView(p visitorParams) error {
 	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("unshare the mount namespace: %w", err)
@@ -268,22 +182,125 @@ func buildView(p visitorParams) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
-	// Binds first: their sources are in the harness dir, which is masked next.
-	for _, b := range p.Binds {
-		if err := bindOnto(b); err != nil {
-			return err
+	harness, err := openDirID(p.Harness)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(harness)
+	var tests, verdict, hosts = -1, -1, -1
+	defer func() {
+		for _, fd := range []int{tests, verdict, hosts} {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+	}()
+	if p.Workspace != "" {
+		ws, err := openBeneath(harness, p.Workspace, unix.O_PATH|unix.O_DIRECTORY)
+		if err != nil {
+			return fmt.Errorf("open the grading workspace: %w", err)
+		}
+		tests, err = unix.Openat(ws, "tests", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err == nil {
+			verdict, err = unix.Openat(ws, "verdict", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		}
+		unix.Close(ws)
+		if err != nil {
+			return fmt.Errorf("open the grading workspace: %w", err)
 		}
 	}
 	if p.Hosts != "" {
-		if err := bindHosts(p.Hosts); err != nil {
-			return err
+		if hosts, err = openBeneath(harness, p.Hosts, unix.O_PATH); err != nil {
+			return fmt.Errorf("open the visitors' hosts file: %w", err)
 		}
+	}
+
+	// The masks go on first, in the substrate's view, so that the binds
+	// below carry them: the harness dir itself by the descriptor checked
+	// above, the rest found without following a symlink.
+	if err := maskFD(harness, p.Harness.Path); err != nil {
+		return err
 	}
 	for _, m := range p.Mask {
 		if err := mask(m, true); err != nil {
 			return err
 		}
 	}
+	for _, m := range bwrap.HostSockets() {
+		if err := mask(m, false); err != nil {
+			return err
+		}
+	}
+
+	// The new root is staged on <harness>/visit, which every visitor uses
+	// in a mount namespace of its own. It is under the mask just made, and
+	// reached through the harness descriptor, which still names the
+	// directory below the mask.
+	if err := unix.Mkdirat(harness, "visit", 0o700); err != nil && err != unix.EEXIST {
+		return fmt.Errorf("create the visitor's mount point: %w", err)
+	}
+	stage, err := unix.Openat(harness, "visit", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the visitor's mount point: %w", err)
+	}
+	err = unix.Mount("tmpfs", fdPath(stage), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=64m")
+	unix.Close(stage)
+	if err != nil {
+		return fmt.Errorf("mount the visitor's root: %w", err)
+	}
+	root, err := unix.Openat(harness, "visit", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the visitor's root: %w", err)
+	}
+	defer unix.Close(root)
+	// Unbindable: the recursive bind of the top-level directory that holds
+	// the harness dir must not copy the root being built into itself.
+	if err := unix.Mount("", fdPath(root), "", unix.MS_UNBINDABLE, ""); err != nil {
+		return fmt.Errorf("make the visitor's root unbindable: %w", err)
+	}
+
+	old, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open /: %w", err)
+	}
+	defer unix.Close(old)
+	// Our own: /proc (mounted fresh below), /tests and /logs.
+	own := map[string]bool{"proc": true, testsDir: true, logsDir: true}
+	if err := bindEntries(old, root, own); err != nil {
+		return err
+	}
+	if err := makeLogs(old, root, verdict); err != nil {
+		return err
+	}
+	if tests >= 0 {
+		if err := bindDirAt(tests, root, testsDir, 0o755); err != nil {
+			return err
+		}
+	}
+	// A proc of the visitor's own pid namespace: the verifier sees its own
+	// processes, never the daemon's. It is mounted while the substrate's
+	// proc is still in this namespace (the kernel refuses a proc mount in
+	// a namespace without a fully visible one).
+	if err := unix.Mkdirat(root, "proc", 0o555); err != nil {
+		return fmt.Errorf("create /proc in the visitor's root: %w", err)
+	}
+	if err := mountAt(root, "proc", func(target string) error {
+		return unix.Mount("proc", target, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	}); err != nil {
+		return fmt.Errorf("mount /proc in the visitor's root: %w", err)
+	}
+	if hosts >= 0 {
+		if err := bindHosts(hosts, root); err != nil {
+			return err
+		}
+	}
+	if err := pivotInto(root); err != nil {
+		return err
+	}
+
+	// In the visitor's own root now: /proc is ours and /sys is the
+	// substrate's, neither of which the agent can write, so Docker's paths
+	// are taken by name.
 	for _, m := range bwrap.ReadOnlyPaths {
 		if err := bindReadOnly(m); err != nil {
 			return err
@@ -297,70 +314,196 @@ func buildView(p visitorParams) error {
 	return nil
 }
 
-// bindOnto binds b.Source onto b.Target, which must be the directory the
-// daemon checked. Both are opened without following symlinks and mounted
-// through /proc/self/fd, so nothing can be swapped in between.
-func bindOnto(b bind) error {
-	src, err := openDir(b.Source, unix.O_PATH)
+// The top-level names the view makes itself.
+const (
+	testsDir = "tests"
+	logsDir  = "logs"
+)
+
+// openDirID opens the directory id names, following no symlink, and only if
+// it is still the directory the daemon opened.
+func openDirID(id dirID) (int, error) {
+	fd, err := openDir(id.Path, unix.O_PATH)
 	if err != nil {
-		return fmt.Errorf("bind %s: %w", b.Target, err)
+		return -1, fmt.Errorf("open %s: %w", id.Path, err)
 	}
-	defer unix.Close(src)
-	dst, err := openDir(b.Target, unix.O_PATH)
-	if err != nil {
-		if errors.Is(err, errNotDirectory) || errors.Is(err, unix.ENOENT) {
-			err = fmt.Errorf("%w: %w", errReplaced, err)
-		}
-		return fmt.Errorf("bind %s: %w", b.Target, err)
-	}
-	defer unix.Close(dst)
 	var st unix.Stat_t
-	if err := unix.Fstat(dst, &st); err != nil {
-		return fmt.Errorf("bind %s: %w", b.Target, err)
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("stat %s: %w", id.Path, err)
 	}
-	if st.Dev != b.Dev || st.Ino != b.Ino {
-		return fmt.Errorf("bind %s: %w", b.Target, errReplaced)
+	if st.Dev != id.Dev || st.Ino != id.Ino {
+		unix.Close(fd)
+		return -1, fmt.Errorf("%s: %w", id.Path, errReplaced)
 	}
-	if err := unix.Mount(fdPath(src), fdPath(dst), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		return fmt.Errorf("bind %s at %s: %w", b.Source, b.Target, err)
+	return fd, nil
+}
+
+// openBeneath opens the relative path rel beneath dirfd, following no
+// symlink and never leaving dirfd.
+func openBeneath(dirfd int, rel string, flags int) (int, error) {
+	return unix.Openat2(dirfd, rel, &unix.OpenHow{
+		Flags:   uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC),
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+}
+
+// bindEntries binds every entry of the directory from into the directory
+// to (a tmpfs of ours), but those named in skip: directories with whatever
+// is mounted below them, files onto empty files, symlinks copied as links.
+// Each entry is opened once, without following it, and dealt with by what
+// that descriptor is, so a swap between listing and opening changes nothing
+// but which object is bound. Sockets, FIFOs and devices at this level are
+// left out.
+func bindEntries(from, to int, skip map[string]bool) error {
+	names, err := readDirNames(from)
+	if err != nil {
+		return fmt.Errorf("list a directory for the visitor's view: %w", err)
+	}
+	for _, name := range names {
+		if skip[name] {
+			continue
+		}
+		fd, err := unix.Openat(from, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err == unix.ENOENT {
+			continue // gone since the listing
+		}
+		if err != nil {
+			return fmt.Errorf("open %s for the visitor's view: %w", name, err)
+		}
+		err = bindEntry(fd, to, name)
+		unix.Close(fd)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func bindEntry(fd, to int, name string) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("stat %s for the visitor's view: %w", name, err)
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return bindDirAt(fd, to, name, st.Mode&0o7777)
+	case unix.S_IFLNK:
+		buf := make([]byte, unix.PathMax)
+		n, err := unix.Readlinkat(fd, "", buf)
+		if err != nil {
+			return fmt.Errorf("read link %s for the visitor's view: %w", name, err)
+		}
+		if err := unix.Symlinkat(string(buf[:n]), to, name); err != nil {
+			return fmt.Errorf("copy link %s into the visitor's view: %w", name, err)
+		}
+		return nil
+	case unix.S_IFREG:
+		dst, err := unix.Openat(to, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			return fmt.Errorf("create %s in the visitor's view: %w", name, err)
+		}
+		unix.Close(dst)
+		return mountAt(to, name, func(target string) error {
+			return unix.Mount(fdPath(fd), target, "", unix.MS_BIND, "")
+		})
+	}
+	return nil
+}
+
+// bindDirAt binds the directory src, with everything mounted below it, at
+// the new directory name in to.
+func bindDirAt(src, to int, name string, mode uint32) error {
+	if err := unix.Mkdirat(to, name, mode); err != nil {
+		return fmt.Errorf("create /%s in the visitor's view: %w", name, err)
+	}
+	// Recursive: a non-recursive bind of a tree with mounts locked by the
+	// user namespace is refused with EINVAL.
+	if err := mountAt(to, name, func(target string) error {
+		return unix.Mount(fdPath(src), target, "", unix.MS_BIND|unix.MS_REC, "")
+	}); err != nil {
+		return fmt.Errorf("bind /%s into the visitor's view: %w", name, err)
+	}
+	return nil
+}
+
+// mountAt calls mount with the entry name of the directory dirfd as its
+// target, opened without following it.
+func mountAt(dirfd int, name string, mount func(target string) error) error {
+	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return mount(fdPath(fd))
+}
+
+// makeLogs rebuilds /logs in the new root: a directory of ours whose
+// entries are binds of the substrate's /logs, but for verifier, which is the
+// grading's verdict directory (or, for a healthcheck, an empty directory).
+func makeLogs(old, root, verdict int) error {
+	if err := unix.Mkdirat(root, logsDir, 0o755); err != nil {
+		return fmt.Errorf("create /logs in the visitor's view: %w", err)
+	}
+	logs, err := unix.Openat(root, logsDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open /logs in the visitor's view: %w", err)
+	}
+	defer unix.Close(logs)
+	shared, err := unix.Openat(old, logsDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	switch {
+	case err == nil:
+		err = bindEntries(shared, logs, map[string]bool{"verifier": true})
+		unix.Close(shared)
+		if err != nil {
+			return err
+		}
+	case err != unix.ENOENT && err != unix.ELOOP && err != unix.ENOTDIR:
+		return fmt.Errorf("open /logs: %w", err)
+	}
+	if verdict < 0 {
+		return unix.Mkdirat(logs, "verifier", 0o555)
+	}
+	return bindDirAt(verdict, logs, "verifier", 0o755)
+}
+
+// pivotInto makes the directory root (a mount point) this process's root,
+// and detaches the old one, so that nothing of the substrate's view but
+// what was bound is left to reach, not even by escaping a chroot.
+func pivotInto(root int) error {
+	if err := unix.Fchdir(root); err != nil {
+		return fmt.Errorf("enter the visitor's root: %w", err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot into the visitor's root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach the substrate's root from the visitor's view: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return fmt.Errorf("enter the visitor's root: %w", err)
 	}
 	return nil
 }
 
 // mask covers path with an empty read-only tmpfs (a directory) or /dev/null
-// (anything else). A path that does not exist needs no mask; with strict, a
-// path that cannot be opened without following a symlink is an error, else
-// it is skipped (Docker's lists name paths that some kernels lack).
+// (anything else). A path that does not exist needs no mask. Every component
+// is opened without following a symlink, and the mask goes onto what that
+// descriptor is: with strict, a symlink on the way is an error, else the
+// path is skipped (Docker's lists name paths that some kernels lack).
 func mask(path string, strict bool) error {
-	var st unix.Stat_t
-	if err := unix.Lstat(path, &st); err != nil {
-		if err == unix.ENOENT || !strict {
+	parent, err := openDir(filepath.Dir(path), unix.O_PATH)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || !strict {
 			return nil
 		}
 		return fmt.Errorf("mask %s: %w", path, err)
 	}
-	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		fd, err := openDir(path, unix.O_PATH)
-		if err != nil {
-			if !strict {
-				return nil
-			}
-			return fmt.Errorf("mask %s: %w", path, err)
-		}
-		defer unix.Close(fd)
-		flags := uintptr(unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
-		if err := unix.Mount("tmpfs", fdPath(fd), "tmpfs", flags, "size=4k,mode=0755"); err != nil {
-			return fmt.Errorf("mask %s: %w", path, err)
-		}
+	defer unix.Close(parent)
+	fd, err := unix.Openat(parent, filepath.Base(path), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == unix.ENOENT {
 		return nil
 	}
-	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-		if strict {
-			return fmt.Errorf("mask %s: is a symlink; name the real path", path)
-		}
-		return nil
-	}
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if !strict {
 			return nil
@@ -368,7 +511,34 @@ func mask(path string, strict bool) error {
 		return fmt.Errorf("mask %s: %w", path, err)
 	}
 	defer unix.Close(fd)
-	if err := unix.Mount(os.DevNull, fdPath(fd), "", unix.MS_BIND, ""); err != nil {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("mask %s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		if strict {
+			return fmt.Errorf("mask %s: is a symlink; name the real path", path)
+		}
+		return nil
+	}
+	return maskFD(fd, path)
+}
+
+// maskFD covers what fd is open on (a directory: with an empty read-only
+// tmpfs; anything else: with /dev/null).
+func maskFD(fd int, path string) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("mask %s: %w", path, err)
+	}
+	var err error
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		flags := uintptr(unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+		err = unix.Mount("tmpfs", fdPath(fd), "tmpfs", flags, "size=4k,mode=0755")
+	} else {
+		err = unix.Mount(os.DevNull, fdPath(fd), "", unix.MS_BIND, "")
+	}
+	if err != nil {
 		return fmt.Errorf("mask %s: %w", path, err)
 	}
 	return nil
@@ -472,18 +642,14 @@ func unescapeMountinfo(s string) string {
 	return b.String()
 }
 
-// bindHosts binds the daemon's hosts file (in the harness dir, a regular
-// file) over /etc/hosts. The bind is in the visitor's own mount namespace:
-// whatever the agent did to /etc/hosts, nothing leaves that namespace.
-func bindHosts(source string) error {
-	src, err := unix.Open(source, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+// bindHosts binds the daemon's hosts file (src, in the harness dir)
+// read-only over /etc/hosts in the new root, whose /etc is a bind of the
+// substrate's: whatever the agent did to /etc/hosts, nothing leaves this
+// namespace, and the verifier cannot write the harness's copy.
+func bindHosts(src, root int) error {
+	dst, err := openBeneath(root, "etc/hosts", unix.O_PATH)
 	if err != nil {
-		return fmt.Errorf("bind the hosts file: %w", err)
-	}
-	defer unix.Close(src)
-	dst, err := unix.Open("/etc/hosts", unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("bind the hosts file over /etc/hosts: %w", err)
+		return fmt.Errorf("bind the hosts file over /etc/hosts: %w (%w)", err, errReplaced)
 	}
 	defer unix.Close(dst)
 	var st unix.Stat_t
@@ -493,7 +659,14 @@ func bindHosts(source string) error {
 	if err := unix.Mount(fdPath(src), fdPath(dst), "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind the hosts file over /etc/hosts: %w", err)
 	}
-	return nil
+	// The descriptor names the file below the bind; the remount needs the
+	// bind itself.
+	bound, err := openBeneath(root, "etc/hosts", unix.O_PATH)
+	if err != nil {
+		return fmt.Errorf("make the hosts file read-only: %w", err)
+	}
+	defer unix.Close(bound)
+	return remountReadOnly(fdPath(bound))
 }
 
 func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }

@@ -36,6 +36,11 @@ type Cmd struct {
 	Setsid, Setpgid bool
 	// Pdeathsig is sent to the child if the daemon dies first.
 	Pdeathsig syscall.Signal
+	// NewPIDNamespace starts the child as pid 1 of a pid namespace of its
+	// own, made after joining the user namespace (so owned by it): it sees
+	// only its own descendants, never the daemon, and when it ends the
+	// kernel ends every process left in that namespace.
+	NewPIDNamespace bool
 	// WaitDelay bounds how long Wait waits, after the process has exited,
 	// for Stdout and Stderr to be copied (a grandchild may hold the pipe).
 	WaitDelay time.Duration
@@ -90,7 +95,7 @@ func (c *Cmd) Start() error {
 			return fmt.Errorf("open own executable: %w", err)
 		}
 	}
-	plan := &forkPlan{exe: 3, setsid: c.Setsid, setpgid: c.Setpgid, pdeathsig: c.Pdeathsig, parent: os.Getpid(), record: new([2]int32), enter: c.enter}
+	plan := &forkPlan{exe: 3, setsid: c.Setsid, setpgid: c.Setpgid, pdeathsig: c.Pdeathsig, parent: os.Getpid(), record: new([2]int32), enter: c.enter, newPIDNS: c.NewPIDNamespace}
 	if c.enter != nil {
 		for _, f := range c.target.Limits.Cgroup {
 			plan.cgroup = append(plan.cgroup, int(f.Fd()))
@@ -186,7 +191,7 @@ func (c *Cmd) Start() error {
 			stage, failErr = -first, syscall.Errno(second)
 		}
 	}
-	if plan.pidNS {
+	if plan.pidNS || plan.newPIDNS {
 		// The first copy only forked the second; it is gone or going.
 		var ws unix.WaitStatus
 		unix.Wait4(pid, &ws, 0, nil)
@@ -216,6 +221,7 @@ func (c *Cmd) Start() error {
 func forkFailure(stage int32, errno syscall.Errno) string {
 	what := map[int32]string{
 		stageSetns:       "join the sandbox's namespaces",
+		stageUnshare:     "make a pid namespace",
 		stageCgroup:      "join the agent's cgroup",
 		stageFork:        "fork into the sandbox's pid namespace",
 		stageSession:     "start a session",

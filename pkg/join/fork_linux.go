@@ -21,10 +21,11 @@ import (
 // netns helper). Nothing from the shared filesystem runs as root.
 //
 // The pid namespace applies to a process's children, not to itself, so when
-// it is joined the copy forks once more with CLONE_PARENT: the second copy
-// is in the sandbox's pid namespace, is the daemon's own child (the daemon
-// waits for it like for any child, and gets its exit status directly), and
-// the first copy exits at once after reporting the second's pid.
+// it is joined (or a new one is made, for the visitor) the copy forks once
+// more with CLONE_PARENT: the second copy is in that pid namespace, is the
+// daemon's own child (the daemon waits for it like for any child, and gets
+// its exit status directly), and the first copy exits at once after
+// reporting the second's pid.
 
 // The hooks package syscall itself uses around fork: BeforeFork blocks
 // signals and marks the stack so that growing it would fail loudly;
@@ -44,6 +45,7 @@ func runtime_AfterForkInChild()
 type forkPlan struct {
 	namespaces []int          // descriptors of /proc/HOLDER/ns/*, joined in order
 	pidNS      bool           // one of them is the pid namespace: fork again
+	newPIDNS   bool           // make a new pid namespace after joining, and fork again into it
 	files      []int          // the child's descriptor i is files[i]
 	exe        int            // the child's descriptor holding the binary to exec
 	argv, envv []*byte        // NUL-terminated, nil-terminated
@@ -61,6 +63,7 @@ type forkPlan struct {
 // first word of a record.
 const (
 	stageSetns = 1 + iota
+	stageUnshare
 	stageCgroup
 	stageFork
 	stageSession
@@ -158,7 +161,13 @@ func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 			goto fail
 		}
 	}
-	if p.pidNS {
+	if p.newPIDNS {
+		if _, _, errno = syscall.RawSyscall(unix.SYS_UNSHARE, unix.CLONE_NEWPID, 0, 0); errno != 0 {
+			stage = stageUnshare
+			goto fail
+		}
+	}
+	if p.pidNS || p.newPIDNS {
 		r1, errno = rawVfork(uintptr(unix.CLONE_PARENT|syscall.SIGCHLD) | shareMemory)
 		if errno != 0 {
 			stage = stageFork
@@ -166,9 +175,10 @@ func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 		}
 		if r1 != 0 {
 			p.record[0], p.record[1] = int32(r1), 0
-			// p.report, not report: the second copy, on this stack, may
-			// have changed the variable.
-			syscall.RawSyscall(syscall.SYS_WRITE, uintptr(report), uintptr(unsafe.Pointer(p.record)), 8)
+			// p.report, not report: the second copy ran on this very
+			// frame and may have moved its own report descriptor into
+			// the variable; this copy's descriptor is still p.report.
+			syscall.RawSyscall(syscall.SYS_WRITE, uintptr(p.report), uintptr(unsafe.Pointer(p.record)), 8)
 			syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 0, 0, 0)
 		}
 		// The second copy: in the sandbox's pid namespace, the daemon's
@@ -346,7 +356,9 @@ func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 
 fail:
 	p.record[0], p.record[1] = -stage, int32(errno)
-	syscall.RawSyscall(syscall.SYS_WRITE, uintptr(p.report), uintptr(unsafe.Pointer(p.record)), 8)
+	// report, not p.report: the descriptor move may have put another of the
+	// child's descriptors on p.report's number and the pipe on report's.
+	syscall.RawSyscall(syscall.SYS_WRITE, uintptr(report), uintptr(unsafe.Pointer(p.record)), 8)
 	for {
 		syscall.RawSyscall(syscall.SYS_EXIT_GROUP, ExitSetup, 0, 0)
 	}
