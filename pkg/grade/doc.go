@@ -1,22 +1,29 @@
 // Package grade runs a task's verifier against the sandbox and turns what it
 // left behind into a verdict.
 //
-// The verifier is a visitor (design.md, "Phases and grading"): a process in
-// the sandbox's user and network namespaces, but in the substrate's pid
-// namespace and in a mount namespace of its own, built over the substrate's
-// view of the filesystem. In that namespace, and only there, a fresh copy of
-// the task's tests is bound at /tests and a fresh verdict directory at
-// /logs/verifier; both live in the harness dir, which is otherwise covered by
-// an empty read-only tmpfs. No file of the tests is ever written into the
-// shared filesystem, so no agent process, not even one a root agent left
-// running, can read the tests or write the verdict. The agent's processes are
-// left alone (the verifier usually talks to the servers the agent started),
-// and the verifier can see them; the agent never sees the verifier.
+// The verifier is a visitor: a process in the sandbox's user and network
+// namespaces, in a pid namespace of its own (it is pid 2 there, under the
+// visitor), and in a mount namespace of its own whose root is its own too: a
+// tmpfs whose top-level entries are binds of the substrate's. /tests, a fresh
+// copy of the task's tests, and /logs/verifier, a fresh verdict directory,
+// exist only in that root, bound from the harness dir, which is covered by
+// an empty read-only tmpfs; /logs is rebuilt there one level down (its
+// entries bound, verifier its own). Nothing of grading is ever made in the
+// shared filesystem, nothing is mounted in the sandbox's namespace, and once
+// the root stands no name in the shared filesystem that the agent can
+// rename, swap or replace is resolved again for the verifier's /tests or
+// verdict. The agent's processes are left alone (the verifier usually talks
+// to the servers the agent started, over the sandbox's network); the
+// verifier does not see them in its /proc, and the agent never sees the
+// verifier. Nothing the verifier runs can see or signal the daemon.
 //
 //	daemon ─ grade.Run
-//	  └─ a forked copy joins the holder's user and network namespaces (join.Cmd)
-//	       └─ "visitor": unshare(CLONE_NEWNS), binds, masks, read-only /proc and /sys,
-//	          child subreaper; waits for the leader, then kills what it left
+//	  └─ a forked copy joins the holder's user and network namespaces and makes
+//	     a pid namespace (join.Cmd, NewPIDNamespace)
+//	       └─ "visitor", pid 1 there: unshare(CLONE_NEWNS), masks, its own root
+//	          (binds of /'s entries, /tests, /logs), a fresh /proc, pivot_root,
+//	          read-only /proc and /sys paths; waits for the leader, then kills
+//	          what it left (everything in its pid namespace ends with it anyway)
 //	            └─ the enter step (join.Here): seccomp, bounded capabilities, the verifier's
 //	               user, the workdir, the exact environment
 //	                 └─ /tests/test.sh  > /logs/verifier/test-stdout.txt 2>&1 </dev/null
@@ -39,28 +46,27 @@
 //
 // # The shared filesystem
 //
-// Two directories of the shared filesystem serve as mount points: an empty
-// /tests, made for grading (mode 0555) and removed by the last visitor that
-// used it, and /logs/verifier. Both are opened without following symlinks
-// and checked by device and inode before anything is mounted on them; a
-// symlink or file the agent put there ends grading with verifier_error.
-// While a verifier runs, /tests is also pinned in the sandbox's own view (an
-// empty read-only tmpfs), because a root agent could otherwise rename or
-// remove it, which would take the verifier's /tests away and let the agent
-// put files of its own there. If the visitor is killed at the timeout, the
-// pin goes when /tests is removed; a /tests that was there before grading
-// keeps it until the sandbox ends.
+// Everything the visitor takes from the shared filesystem it opens once,
+// beneath a directory descriptor, without following a symlink, and mounts
+// through /proc/self/fd: a swap between two system calls changes at most
+// which object of the agent's is bound into the verifier's view, never where
+// the tests or the verdict are. The harness dir is used only when it is the
+// very directory the daemon opened, and the directories above it are mount
+// points in the sandbox's view (bwrap's plan pins them), so the agent can
+// rename none of them. The verdict is copied to the real /logs/verifier
+// afterwards only if that is still the directory it was when serve started.
+// Top-level entries the agent makes while the verifier runs do not appear in
+// the verifier's root, and writes to new top-level names go to its tmpfs.
 //
 // # Residual risk
 //
 // The verifier runs what the agent built; code the agent planted for it (a
 // replaced /bin/bash, a sitecustomize, an ld.so.preload) runs with the
-// verifier's rights and can write any reward. A root agent can also rename
-// /logs while the verifier runs, so that the verifier's writes to
-// /logs/verifier land where the agent sees them; the reward is still read
-// from the verdict directory in the harness, so this loses a reward but
-// forges none. The verdict is as trustworthy as the agent's reach over what
-// the verifier executes.
+// verifier's rights and can write any reward. The verdict is as trustworthy
+// as the agent's reach over what the verifier executes. Under Harbor the
+// verifier shares the agent's pid namespace and sees its processes; here it
+// does not (a pid namespace that holds the agent's and not the daemon's would
+// have to be the sandbox's parent, which bwrap does not make).
 //
 // WARNING: security-sensitive. After any change run, as root:
 //
