@@ -226,10 +226,10 @@ func TestVerifierSeesOnlyItsOwnProcesses(t *testing.T) {
 	out := sharedDir(t)
 	tests := w.tests(t, fmt.Sprintf(`#!/bin/sh
 for p in /proc/[0-9]*; do echo "$(basename $p) $(tr '\0' ' ' < $p/cmdline)"; done > %[1]s/ps
-kill -0 %[2]d 2>/dev/null && echo "signalled" >> %[1]s/ps
+readlink /proc/self/ns/pid > %[1]s/pidns
 nohup sleep 4321 >/dev/null 2>&1 &
 echo 1 > /logs/verifier/reward.txt
-`, out, os.Getpid()), nil)
+`, out), nil)
 	v := w.grade(t, w.config(t, tests))
 	require.Equal(t, grade.StatusGraded, v.Status, "%s %s", v.Message, v.StdoutTail)
 	b, err := os.ReadFile(filepath.Join(out, "ps"))
@@ -238,7 +238,11 @@ echo 1 > /logs/verifier/reward.txt
 	t.Logf("the verifier's processes:\n%s", ps)
 	assert.NotContains(t, ps, filepath.Base(os.Args[0]), "the verifier sees the daemon")
 	assert.NotContains(t, ps, "sleep 1234", "the verifier sees the agent's processes")
-	assert.NotContains(t, ps, "signalled")
+	ns, err := os.ReadFile(filepath.Join(out, "pidns"))
+	require.NoError(t, err)
+	own, err := os.Readlink("/proc/self/ns/pid")
+	require.NoError(t, err)
+	assert.NotEqual(t, own, strings.TrimSpace(string(ns)), "the verifier shares the daemon's pid namespace")
 	assert.Contains(t, ps, "1 sandboxd-visitor", "pid 1 is the visitor")
 	assert.LessOrEqual(t, strings.Count(ps, "\n"), 4, "more processes than the visitor and the verifier's own")
 	// What the verifier left behind ended with grading.
