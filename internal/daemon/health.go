@@ -4,7 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/sandboxd/sandboxd/pkg/grade"
+	"github.com/sandboxd/sandboxd/pkg/join"
+	"github.com/sandboxd/sandboxd/pkg/visit"
 )
 
 // Health states, as Docker names them.
@@ -28,11 +29,10 @@ func (d *Daemon) watchHealth(ctx context.Context) {
 	failures := 0
 	for {
 		inStart := time.Since(started) < hc.StartPeriod
-		res, err := grade.Check(ctx, grade.CheckConfig{
-			Target: d.target, HarnessDir: d.cfg.HarnessDir, User: user, Env: env,
-			Workdir: d.cfg.Workdir, Argv: []string{"/bin/sh", "-c", hc.Command},
-			Timeout: hc.Timeout, Mask: d.visitorMasks(), Hosts: d.visitorHosts,
-		})
+		res, err := visit.Check(ctx, d.target,
+			visit.View{HarnessDir: d.cfg.HarnessDir, Mask: d.visitorMasks(), Hosts: d.visitorHosts},
+			join.Spec{User: user, Env: env, Dir: d.cfg.Workdir, Argv: []string{"/bin/sh", "-c", hc.Command}},
+			hc.Timeout)
 		if ctx.Err() != nil {
 			return
 		}

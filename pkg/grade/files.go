@@ -7,81 +7,17 @@ import (
 	"log/slog"
 	"os"
 	"path"
-	"sort"
 	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/beneath"
 )
 
-// Every path below is walked one component at a time with O_NOFOLLOW and
-// every change is made through a descriptor (lesson 40): the verdict
-// directory belongs to the verifier, which runs the agent's code, and the
-// shared filesystem belongs to the agent. A planted symlink must never turn a
-// chown, a write or a read by root into one on another file.
-
-// openDir opens the directory abs, following no symlink in any component.
-// flags are added to O_DIRECTORY|O_NOFOLLOW|O_CLOEXEC (O_PATH for a
-// descriptor that only anchors *at calls, O_RDONLY to read or lock it).
-func openDir(abs string, flags int) (int, error) {
-	if !path.IsAbs(abs) {
-		return -1, fmt.Errorf("open %s: path must be absolute", abs)
-	}
-	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("open /: %w", err)
-	}
-	parts := strings.Split(strings.Trim(path.Clean(abs), "/"), "/")
-	if parts[0] == "" {
-		parts = nil
-	}
-	for i, p := range parts {
-		fl := unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
-		if i == len(parts)-1 {
-			fl = unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC | flags
-		}
-		next, err := unix.Openat(fd, p, fl, 0)
-		unix.Close(fd)
-		if err != nil {
-			return -1, fmt.Errorf("open %s: %w", "/"+path.Join(parts[:i+1]...), noFollowErr(err))
-		}
-		fd = next
-	}
-	if len(parts) == 0 && flags&unix.O_PATH == 0 {
-		next, err := unix.Open("/", unix.O_DIRECTORY|unix.O_CLOEXEC|flags, 0)
-		unix.Close(fd)
-		if err != nil {
-			return -1, fmt.Errorf("open /: %w", err)
-		}
-		fd = next
-	}
-	return fd, nil
-}
-
-// errNotDirectory marks a path where a directory must be but something else
-// is: in the shared filesystem, something the agent put there.
-var errNotDirectory = errors.New("a symlink or a file where a directory must be")
-
-// noFollowErr explains the errors O_NOFOLLOW|O_DIRECTORY give for a symlink.
-func noFollowErr(err error) error {
-	if err == unix.ELOOP || err == unix.ENOTDIR {
-		return fmt.Errorf("%w (%w)", err, errNotDirectory)
-	}
-	return err
-}
-
-// readDirNames lists the directory open at dirfd, sorted.
-func readDirNames(dirfd int) ([]string, error) {
-	fd, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(fd), "dir")
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	sort.Strings(names)
-	return names, err
-}
+// Every path below is opened with package beneath and every change is made
+// through a descriptor (lesson 40): the verdict directory belongs to the
+// verifier, which runs the agent's code, and the shared filesystem belongs
+// to the agent.
 
 // owner is who the copy is handed to: the verifier's uid and gid.
 type owner struct{ uid, gid int }
@@ -92,7 +28,7 @@ type owner struct{ uid, gid int }
 // setuid and setgid), and anything else (FIFOs, sockets, devices) is left
 // out with a warning. rel names the directory in messages.
 func copyTree(srcfd, dstfd int, own owner, rel string, log *slog.Logger) error {
-	names, err := readDirNames(srcfd)
+	names, err := beneath.ReadDirNames(srcfd)
 	if err != nil {
 		return fmt.Errorf("list %s: %w", rel, err)
 	}
@@ -191,7 +127,7 @@ func chownChmod(fd int, mode uint32, own owner, rel string) error {
 // symlink planted there is replaced, never written through; a symlink or
 // FIFO in srcfd is left out.
 func copyOut(srcfd int, dst string, dev, ino uint64, log *slog.Logger) error {
-	dfd, err := openDir(dst, unix.O_PATH)
+	dfd, err := beneath.OpenDir(dst, unix.O_PATH)
 	if err != nil {
 		return fmt.Errorf("open logs dir: %w", err)
 	}
@@ -205,7 +141,7 @@ func copyOut(srcfd int, dst string, dev, ino uint64, log *slog.Logger) error {
 			return fmt.Errorf("%s is no longer the directory it was when serve started (the agent may have renamed its parent): the verdict is not copied there", dst)
 		}
 	}
-	names, err := readDirNames(srcfd)
+	names, err := beneath.ReadDirNames(srcfd)
 	if err != nil {
 		return fmt.Errorf("list the verdict directory: %w", err)
 	}

@@ -2,26 +2,22 @@ package grade
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
-
-	"github.com/sandboxd/sandboxd/internal/memfd"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/internal/beneath"
 	"github.com/sandboxd/sandboxd/internal/cleanup"
-	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/join"
 	"github.com/sandboxd/sandboxd/pkg/task"
+	"github.com/sandboxd/sandboxd/pkg/visit"
 )
 
 // Config is one grading of one sandbox. The caller resolves the task into
@@ -96,52 +92,45 @@ func Run(ctx context.Context, cfg Config) (Verdict, error) {
 	defer ws.close(log)
 	log = log.With("grade", ws.n)
 
-	harness, err := harnessID(cfg.HarnessDir)
-	if err != nil {
-		return internal(err)
+	view := visit.View{
+		HarnessDir: cfg.HarnessDir,
+		Tests:      filepath.Join(ws.dir, "tests"),
+		Verdict:    filepath.Join(ws.dir, "verdict"),
+		Hosts:      cfg.Hosts,
+		Mask:       cfg.Mask,
 	}
-	hosts, err := beneathHarness(cfg.HarnessDir, cfg.Hosts)
-	if err != nil {
-		return internal(err)
-	}
-	params := visitorParams{
-		Harness:   harness,
-		Workspace: filepath.Join("grade", strconv.Itoa(ws.n)),
-		Mask:      masks(cfg),
-		Hosts:     hosts,
-		Spec:      join.Spec{User: cfg.User, Env: cfg.Env, Dir: cfg.Workdir, Argv: []string{"/" + testsDir + "/test.sh"}},
-	}
+	spec := join.Spec{User: cfg.User, Env: cfg.Env, Dir: cfg.Workdir, Argv: []string{visit.TestsDir + "/test.sh"}}
 	log.Info("grade: verifier starting", "dir", ws.dir, "uid", cfg.User.UID, "gid", cfg.User.GID, "workdir", cfg.Workdir, "timeout", timeout)
-	run, err := runVisitor(ctx, cfg.Target, params, ws.output, timeout)
+	run, err := visit.Run(ctx, cfg.Target, view, spec, ws.output, timeout)
 	if err != nil {
 		return internal(err)
 	}
 
-	v := Verdict{ExitCode: -1, DurationSec: run.duration.Seconds()}
+	v := Verdict{ExitCode: -1, DurationSec: run.Duration.Seconds()}
 	switch {
-	case run.interrupted != nil:
+	case run.Interrupted != nil:
 		v.Status = StatusError
-		v.Message = fmt.Sprintf("grading was interrupted (%v); the verifier was killed", run.interrupted)
-		err = run.interrupted
-	case run.timedOut:
+		v.Message = fmt.Sprintf("grading was interrupted (%v); the verifier was killed", run.Interrupted)
+		err = run.Interrupted
+	case run.TimedOut:
 		v.Status = StatusTimeout
 		v.Message = fmt.Sprintf("the verifier ran longer than its timeout of %s and was killed with everything it started", timeout)
-	case run.result == nil:
+	case run.Report == nil:
 		v.Status = StatusError
-		err = fmt.Errorf("grade: the visitor ended without a report (%v); could it enter the sandbox? %s", run.waitErr, run.stderr)
+		err = fmt.Errorf("grade: the visitor ended without a report (%v); could it enter the sandbox? %s", run.WaitErr, run.Stderr)
 		v.Message = err.Error()
-	case run.result.Setup != "":
+	case run.Report.Setup != "":
 		v.Status = StatusError
-		err = fmt.Errorf("grade: build the verifier's view: %s", run.result.Setup)
+		err = fmt.Errorf("grade: build the verifier's view: %s", run.Report.Setup)
 		v.Message = err.Error()
-	case run.result.Start != "":
+	case run.Report.Start != "":
 		v.Status = StatusError
-		v.Message = "could not start /tests/test.sh: " + run.result.Start
+		v.Message = "could not start /tests/test.sh: " + run.Report.Start
 	default:
-		v.ExitCode = run.result.Code
+		v.ExitCode = run.Report.Code
 		v.Reward, v.Status, v.Message = readReward(ws.verdict)
 	}
-	v.StdoutTail = readTail(ws.output)
+	v.StdoutTail = visit.Tail(ws.output)
 	if cfg.LogsDir != "" {
 		if cerr := copyOut(ws.verdict, cfg.LogsDir, cfg.LogsDirDev, cfg.LogsDirIno, log); cerr != nil {
 			log.Warn("grade: copy the verdict files to the logs dir", "logs_dir", cfg.LogsDir, "err", cerr)
@@ -153,7 +142,7 @@ func Run(ctx context.Context, cfg Config) (Verdict, error) {
 
 // checkTests says what is wrong with the task's tests directory, or "".
 func checkTests(dir string) string {
-	fd, err := openDir(dir, unix.O_PATH)
+	fd, err := beneath.OpenDir(dir, unix.O_PATH)
 	if err != nil {
 		return fmt.Sprintf("the task's tests directory cannot be used: %v", err)
 	}
@@ -182,7 +171,7 @@ type workspace struct {
 
 func prepare(cfg Config, log *slog.Logger) (*workspace, error) {
 	own := owner{uid: int(cfg.User.UID), gid: int(cfg.User.GID)}
-	hfd, err := openDir(cfg.HarnessDir, unix.O_PATH)
+	hfd, err := beneath.OpenDir(cfg.HarnessDir, unix.O_PATH)
 	if err != nil {
 		return nil, fmt.Errorf("grade: harness dir: %w", err)
 	}
@@ -192,10 +181,10 @@ func prepare(cfg Config, log *slog.Logger) (*workspace, error) {
 	}
 	gfd, err := unix.Openat(hfd, "grade", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("grade: open %s/grade: %w", cfg.HarnessDir, noFollowErr(err))
+		return nil, fmt.Errorf("grade: open %s/grade: %w", cfg.HarnessDir, beneath.NoFollowErr(err))
 	}
 	defer unix.Close(gfd)
-	names, err := readDirNames(gfd)
+	names, err := beneath.ReadDirNames(gfd)
 	if err != nil {
 		return nil, fmt.Errorf("grade: list %s/grade: %w", cfg.HarnessDir, err)
 	}
@@ -219,7 +208,7 @@ func prepare(cfg Config, log *slog.Logger) (*workspace, error) {
 	}
 	defer unix.Close(nfd)
 
-	src, err := openDir(cfg.Tests, unix.O_RDONLY)
+	src, err := beneath.OpenDir(cfg.Tests, unix.O_RDONLY)
 	if err != nil {
 		return nil, fmt.Errorf("grade: tests: %w", err)
 	}
@@ -284,149 +273,3 @@ func (ws *workspace) close(log *slog.Logger) {
 		log.Warn("grade: remove the copy of the tests", "dir", ws.dir, "err", err)
 	}
 }
-
-// masks lists what the visitor covers beside the harness dir itself: every
-// other marked harness dir beside it (two trials on one host never see each
-// other's tests), and the caller's extra paths.
-func masks(cfg Config) []string {
-	harness := filepath.Clean(cfg.HarnessDir)
-	var out []string
-	parent := filepath.Dir(harness)
-	if entries, err := os.ReadDir(parent); err == nil {
-		for _, e := range entries {
-			p := filepath.Join(parent, e.Name())
-			if p == harness || !e.IsDir() {
-				continue
-			}
-			if _, err := os.Lstat(filepath.Join(p, bwrap.HarnessMarker)); err == nil {
-				out = append(out, p)
-			}
-		}
-	}
-	for _, m := range cfg.Mask {
-		out = append(out, filepath.Clean(m))
-	}
-	return out
-}
-
-// harnessID opens the harness dir without following a symlink and names
-// the directory it is, for the visitor to find again.
-func harnessID(dir string) (dirID, error) {
-	fd, err := openDir(dir, unix.O_PATH)
-	if err != nil {
-		return dirID{}, fmt.Errorf("grade: harness dir: %w", err)
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return dirID{}, fmt.Errorf("grade: stat the harness dir: %w", err)
-	}
-	return dirID{Path: filepath.Clean(dir), Dev: st.Dev, Ino: st.Ino}, nil
-}
-
-// beneathHarness is path relative to the harness dir ("" stays "").
-func beneathHarness(harness, path string) (string, error) {
-	if path == "" {
-		return "", nil
-	}
-	rel, err := filepath.Rel(harness, path)
-	if err != nil || !filepath.IsLocal(rel) {
-		return "", fmt.Errorf("grade: %s is not inside the harness dir %s", path, harness)
-	}
-	return rel, nil
-}
-
-// visitorRun is how the visitor ended.
-type visitorRun struct {
-	result      *visitorResult // nil when it gave no report (killed, or never got in)
-	timedOut    bool
-	interrupted error // ctx's error when the caller gave up
-	duration    time.Duration
-	waitErr     error
-	stderr      string
-}
-
-// runVisitor starts the visitor in the sandbox's user and network
-// namespaces and waits for its report, killing its whole tree — all of it in
-// the substrate's pid namespace — at the timeout.
-func runVisitor(ctx context.Context, target join.Target, params visitorParams, output *os.File, timeout time.Duration) (visitorRun, error) {
-	raw, err := json.Marshal(params)
-	if err != nil {
-		return visitorRun{}, fmt.Errorf("grade: encode visitor parameters: %w", err)
-	}
-	paramsFile, err := memfd.New("visitor-params", raw)
-	if err != nil {
-		return visitorRun{}, fmt.Errorf("grade: %w", err)
-	}
-	defer paramsFile.Close()
-	resR, resW, err := os.Pipe()
-	if err != nil {
-		return visitorRun{}, fmt.Errorf("grade: result pipe: %w", err)
-	}
-	defer resR.Close()
-
-	cmd := target.Join([]string{"user", "net"}, roleVisitor)
-	cmd.ExtraFiles = []*os.File{paramsFile, output, resW}
-	// pid 1 of a pid namespace of its own: the verifier sees neither the
-	// daemon nor anything else of the substrate, so nothing it runs can
-	// signal the grader; and when the visitor ends, the kernel ends all
-	// that the verifier left.
-	cmd.NewPIDNamespace = true
-	// A verifier in flight must not outlive a daemon that was killed.
-	// SIGKILL reaches a namespace's pid 1 from outside it; from inside,
-	// the verifier can send it nothing it has not asked for.
-	cmd.Pdeathsig = syscall.SIGKILL
-	stderr := &tail{}
-	cmd.Stderr = stderr
-	cmd.WaitDelay = 5 * time.Second
-	start := time.Now()
-	err = cmd.Start()
-	resW.Close()
-	if err != nil {
-		return visitorRun{}, fmt.Errorf("grade: start the visitor: %w", err)
-	}
-
-	var run visitorRun
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case run.waitErr = <-done:
-	case <-timer.C:
-		run.timedOut = true
-		cmd.Process.Kill() // and with it the visitor's whole pid namespace
-		run.waitErr = <-done
-	case <-ctx.Done():
-		run.interrupted = ctx.Err()
-		cmd.Process.Kill()
-		run.waitErr = <-done
-	}
-	run.duration = time.Since(start)
-	run.stderr = stderr.String()
-	if run.timedOut || run.interrupted != nil {
-		return run, nil
-	}
-	// Nothing but the visitor holds the write end (it is close-on-exec
-	// there), so EOF follows its exit; the deadline is a guard all the same.
-	resR.SetReadDeadline(time.Now().Add(5 * time.Second))
-	b, _ := io.ReadAll(io.LimitReader(resR, 64<<10))
-	var res visitorResult
-	if len(b) > 0 && json.Unmarshal(b, &res) == nil {
-		run.result = &res
-	}
-	return run, nil
-}
-
-// tail keeps the last few KiB a helper printed, for error messages.
-type tail struct{ b []byte }
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.b = append(t.b, p...)
-	if len(t.b) > 4096 {
-		t.b = t.b[len(t.b)-4096:]
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string { return string(t.b) }

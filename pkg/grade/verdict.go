@@ -1,11 +1,5 @@
 package grade
 
-import (
-	"io"
-	"os"
-	"strings"
-)
-
 // Status is the outcome of one grading, as the verdict JSON names it.
 type Status string
 
@@ -54,34 +48,4 @@ type Verdict struct {
 	DurationSec float64 `json:"duration_sec"`
 	StdoutTail  string  `json:"stdout_tail"` // the end of test-stdout.txt
 	Message     string  `json:"message,omitempty"`
-}
-
-// tailSize is how much of test-stdout.txt the verdict carries: enough for a
-// pytest summary, small enough for one JSON line.
-const tailSize = 8 << 10
-
-// readTail returns the last tailSize bytes of f as valid UTF-8. It reads the
-// descriptor the daemon created, never the path: the verifier owns the
-// verdict directory and could put a symlink where the file was.
-func readTail(f *os.File) string {
-	st, err := f.Stat()
-	if err != nil {
-		return ""
-	}
-	off := st.Size() - tailSize
-	if off < 0 {
-		off = 0
-	}
-	b, err := io.ReadAll(io.NewSectionReader(f, off, tailSize))
-	if err != nil && len(b) == 0 {
-		return ""
-	}
-	s := string(b)
-	if off > 0 {
-		// Cut at a line start when one is near, so the tail reads cleanly.
-		if i := strings.IndexByte(s, '\n'); i >= 0 && i < 256 {
-			s = s[i+1:]
-		}
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
 }

@@ -1,4 +1,4 @@
-package grade
+package visit
 
 import (
 	"encoding/json"
@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/internal/beneath"
 	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/join"
@@ -30,9 +31,9 @@ const roleVisitor = "visitor"
 
 // Descriptors the visitor receives (fd 3 is this binary, see join.Cmd).
 const (
-	fdParams = 4 // visitorParams as JSON, in a memfd
+	fdParams = 4 // params as JSON, in a memfd
 	fdOutput = 5 // test-stdout.txt: the verifier's stdout and stderr
-	fdResult = 6 // write end of the pipe the visitorResult goes back on
+	fdResult = 6 // write end of the pipe the Report goes back on
 )
 
 func init() { childproc.Add(roleVisitor, visitor) }
@@ -40,38 +41,6 @@ func init() { childproc.Add(roleVisitor, visitor) }
 // errReplaced means a mount point in the shared filesystem is no longer the
 // directory the daemon checked: something in the sandbox swapped it.
 var errReplaced = errors.New("the directory was replaced in the shared filesystem as grading started")
-
-// visitorParams is everything the visitor needs; it travels in a memfd so
-// that none of it shows in a command line.
-type visitorParams struct {
-	// Harness is the harness dir as the daemon opened it: the visitor uses
-	// nothing beneath it unless it finds that very directory there.
-	Harness dirID `json:"harness"`
-	// Workspace, relative to the harness dir, holds tests/ and verdict/,
-	// bound at /tests and /logs/verifier; "" for a healthcheck, which gets
-	// neither.
-	Workspace string    `json:"workspace,omitempty"`
-	Mask      []string  `json:"mask"`  // covered by an empty read-only tmpfs (a file: by /dev/null)
-	Hosts     string    `json:"hosts"` // relative to the harness dir: bound over /etc/hosts; "" keeps the substrate's
-	Spec      join.Spec `json:"spec"`
-}
-
-// dirID names a directory and the one it must be when opened again.
-type dirID struct {
-	Path string `json:"path"`
-	Dev  uint64 `json:"dev"`
-	Ino  uint64 `json:"ino"`
-}
-
-// visitorResult is the visitor's report. Setup is set when its own view could
-// not be built (sandboxd's failure); Start when the verifier could not be
-// started (the task's); otherwise Code and Signal are the leader's.
-type visitorResult struct {
-	Setup  string `json:"setup,omitempty"`
-	Start  string `json:"start,omitempty"`
-	Code   int    `json:"code"`
-	Signal int    `json:"signal,omitempty"`
-}
 
 func visitor(_ []string) int {
 	// Mount namespaces are per thread in Go's view of the world: every mount
@@ -86,32 +55,32 @@ func visitor(_ []string) int {
 	// /proc/1/fd, where the harness dir was open while the view was built.
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	result := os.NewFile(fdResult, "result")
-	report := func(r visitorResult) int {
+	report := func(r Report) int {
 		json.NewEncoder(result).Encode(r)
 		if r.Setup != "" || r.Start != "" {
 			return join.ExitSetup
 		}
 		return r.Code
 	}
-	var p visitorParams
+	var p params
 	params := os.NewFile(fdParams, "params")
 	raw, err := io.ReadAll(io.LimitReader(params, 1<<20))
 	params.Close()
 	if err != nil {
-		return report(visitorResult{Setup: fmt.Sprintf("read visitor parameters: %v", err)})
+		return report(Report{Setup: fmt.Sprintf("read visitor parameters: %v", err)})
 	}
 	if err := json.Unmarshal(raw, &p); err != nil {
-		return report(visitorResult{Setup: fmt.Sprintf("decode visitor parameters: %v", err)})
+		return report(Report{Setup: fmt.Sprintf("decode visitor parameters: %v", err)})
 	}
 	if os.Getpid() != 1 {
-		return report(visitorResult{Setup: "the visitor must be pid 1 of a pid namespace of its own"})
+		return report(Report{Setup: "the visitor must be pid 1 of a pid namespace of its own"})
 	}
 	if err := buildView(p); err != nil {
 		if errors.Is(err, errReplaced) {
 			// The agent's doing, not ours: the verdict says so.
-			return report(visitorResult{Start: err.Error(), Code: join.ExitSetup})
+			return report(Report{Start: err.Error(), Code: join.ExitSetup})
 		}
-		return report(visitorResult{Setup: err.Error()})
+		return report(Report{Setup: err.Error()})
 	}
 	// We are pid 1 of the verifier's pid namespace: whatever it leaves
 	// behind is re-parented to us, and ends with us (the daemon's SIGKILL at
@@ -122,16 +91,16 @@ func visitor(_ []string) int {
 // runVerifier starts the verifier through the same enter step as a session
 // and waits for the leader only: a background child holding the output open
 // must not hold up grading (lesson 41). Then it ends everything left below us.
-func runVerifier(spec join.Spec) visitorResult {
+func runVerifier(spec join.Spec) Report {
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
-		return visitorResult{Setup: fmt.Sprintf("open %s: %v", os.DevNull, err)}
+		return Report{Setup: fmt.Sprintf("open %s: %v", os.DevNull, err)}
 	}
 	defer devnull.Close()
 	output := os.NewFile(fdOutput, "test-stdout.txt")
 	st, err := join.Here(spec)
 	if err != nil {
-		return visitorResult{Start: err.Error()}
+		return Report{Start: err.Error()}
 	}
 	st.Cmd.Stdin, st.Cmd.Stdout, st.Cmd.Stderr = devnull, output, output
 	_, err = st.Start()
@@ -140,17 +109,17 @@ func runVerifier(spec join.Spec) visitorResult {
 		killLeftovers()
 		var se *join.SetupError
 		if errors.As(err, &se) {
-			return visitorResult{Start: se.Msg, Code: se.Code}
+			return Report{Start: se.Msg, Code: se.Code}
 		}
-		return visitorResult{Start: err.Error()}
+		return Report{Start: err.Error()}
 	}
 	werr := st.Cmd.Wait()
 	killLeftovers()
 	code, sig, ok := join.ExitStatus(werr)
 	if !ok {
-		return visitorResult{Setup: fmt.Sprintf("wait for the verifier: %v", werr)}
+		return Report{Setup: fmt.Sprintf("wait for the verifier: %v", werr)}
 	}
-	return visitorResult{Code: code, Signal: int(sig)}
+	return Report{Code: code, Signal: int(sig)}
 }
 
 // killLeftovers kills every process of the verifier's pid namespace but
@@ -174,7 +143,7 @@ func killLeftovers() {
 // that the agent can rename, swap or replace is resolved again once the view
 // stands. Everything is opened beneath a directory descriptor, without
 // following symlinks, and mounted through /proc/self/fd.
-func buildView(p visitorParams) error {
+func buildView(p params) error {
 	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("unshare the mount namespace: %w", err)
 	}
@@ -195,22 +164,18 @@ func buildView(p visitorParams) error {
 			}
 		}
 	}()
-	if p.Workspace != "" {
-		ws, err := openBeneath(harness, p.Workspace, unix.O_PATH|unix.O_DIRECTORY)
-		if err != nil {
-			return fmt.Errorf("open the grading workspace: %w", err)
+	if p.Tests != "" {
+		if tests, err = beneath.Open(harness, p.Tests, unix.O_PATH|unix.O_DIRECTORY); err != nil {
+			return fmt.Errorf("open the tests to bind: %w", err)
 		}
-		tests, err = unix.Openat(ws, "tests", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err == nil {
-			verdict, err = unix.Openat(ws, "verdict", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		}
-		unix.Close(ws)
-		if err != nil {
-			return fmt.Errorf("open the grading workspace: %w", err)
+	}
+	if p.Verdict != "" {
+		if verdict, err = beneath.Open(harness, p.Verdict, unix.O_PATH|unix.O_DIRECTORY); err != nil {
+			return fmt.Errorf("open the verdict directory to bind: %w", err)
 		}
 	}
 	if p.Hosts != "" {
-		if hosts, err = openBeneath(harness, p.Hosts, unix.O_PATH); err != nil {
+		if hosts, err = beneath.Open(harness, p.Hosts, unix.O_PATH); err != nil {
 			return fmt.Errorf("open the visitors' hosts file: %w", err)
 		}
 	}
@@ -243,7 +208,7 @@ func buildView(p visitorParams) error {
 	if err != nil {
 		return fmt.Errorf("open the visitor's mount point: %w", err)
 	}
-	err = unix.Mount("tmpfs", fdPath(stage), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=64m")
+	err = unix.Mount("tmpfs", beneath.FDPath(stage), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=64m")
 	unix.Close(stage)
 	if err != nil {
 		return fmt.Errorf("mount the visitor's root: %w", err)
@@ -255,7 +220,7 @@ func buildView(p visitorParams) error {
 	defer unix.Close(root)
 	// Unbindable: the recursive bind of the top-level directory that holds
 	// the harness dir must not copy the root being built into itself.
-	if err := unix.Mount("", fdPath(root), "", unix.MS_UNBINDABLE, ""); err != nil {
+	if err := unix.Mount("", beneath.FDPath(root), "", unix.MS_UNBINDABLE, ""); err != nil {
 		return fmt.Errorf("make the visitor's root unbindable: %w", err)
 	}
 
@@ -323,7 +288,7 @@ const (
 // openDirID opens the directory id names, following no symlink, and only if
 // it is still the directory the daemon opened.
 func openDirID(id dirID) (int, error) {
-	fd, err := openDir(id.Path, unix.O_PATH)
+	fd, err := beneath.OpenDir(id.Path, unix.O_PATH)
 	if err != nil {
 		return -1, fmt.Errorf("open %s: %w", id.Path, err)
 	}
@@ -339,15 +304,6 @@ func openDirID(id dirID) (int, error) {
 	return fd, nil
 }
 
-// openBeneath opens the relative path rel beneath dirfd, following no
-// symlink and never leaving dirfd.
-func openBeneath(dirfd int, rel string, flags int) (int, error) {
-	return unix.Openat2(dirfd, rel, &unix.OpenHow{
-		Flags:   uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC),
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-}
-
 // bindEntries binds every entry of the directory from into the directory
 // to (a tmpfs of ours), but those named in skip: directories with whatever
 // is mounted below them, files onto empty files, symlinks copied as links.
@@ -356,7 +312,7 @@ func openBeneath(dirfd int, rel string, flags int) (int, error) {
 // but which object is bound. Sockets, FIFOs and devices at this level are
 // left out.
 func bindEntries(from, to int, skip map[string]bool) error {
-	names, err := readDirNames(from)
+	names, err := beneath.ReadDirNames(from)
 	if err != nil {
 		return fmt.Errorf("list a directory for the visitor's view: %w", err)
 	}
@@ -405,7 +361,7 @@ func bindEntry(fd, to int, name string) error {
 		}
 		unix.Close(dst)
 		return mountAt(to, name, func(target string) error {
-			return unix.Mount(fdPath(fd), target, "", unix.MS_BIND, "")
+			return unix.Mount(beneath.FDPath(fd), target, "", unix.MS_BIND, "")
 		})
 	}
 	return nil
@@ -420,7 +376,7 @@ func bindDirAt(src, to int, name string, mode uint32) error {
 	// Recursive: a non-recursive bind of a tree with mounts locked by the
 	// user namespace is refused with EINVAL.
 	if err := mountAt(to, name, func(target string) error {
-		return unix.Mount(fdPath(src), target, "", unix.MS_BIND|unix.MS_REC, "")
+		return unix.Mount(beneath.FDPath(src), target, "", unix.MS_BIND|unix.MS_REC, "")
 	}); err != nil {
 		return fmt.Errorf("bind /%s into the visitor's view: %w", name, err)
 	}
@@ -435,7 +391,7 @@ func mountAt(dirfd int, name string, mount func(target string) error) error {
 		return err
 	}
 	defer unix.Close(fd)
-	return mount(fdPath(fd))
+	return mount(beneath.FDPath(fd))
 }
 
 // makeLogs rebuilds /logs in the new root: a directory of ours whose
@@ -492,7 +448,7 @@ func pivotInto(root int) error {
 // descriptor is: with strict, a symlink on the way is an error, else the
 // path is skipped (Docker's lists name paths that some kernels lack).
 func mask(path string, strict bool) error {
-	parent, err := openDir(filepath.Dir(path), unix.O_PATH)
+	parent, err := beneath.OpenDir(filepath.Dir(path), unix.O_PATH)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) || !strict {
 			return nil
@@ -534,9 +490,9 @@ func maskFD(fd int, path string) error {
 	var err error
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		flags := uintptr(unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
-		err = unix.Mount("tmpfs", fdPath(fd), "tmpfs", flags, "size=4k,mode=0755")
+		err = unix.Mount("tmpfs", beneath.FDPath(fd), "tmpfs", flags, "size=4k,mode=0755")
 	} else {
-		err = unix.Mount(os.DevNull, fdPath(fd), "", unix.MS_BIND, "")
+		err = unix.Mount(os.DevNull, beneath.FDPath(fd), "", unix.MS_BIND, "")
 	}
 	if err != nil {
 		return fmt.Errorf("mask %s: %w", path, err)
@@ -647,7 +603,7 @@ func unescapeMountinfo(s string) string {
 // substrate's: whatever the agent did to /etc/hosts, nothing leaves this
 // namespace, and the verifier cannot write the harness's copy.
 func bindHosts(src, root int) error {
-	dst, err := openBeneath(root, "etc/hosts", unix.O_PATH)
+	dst, err := beneath.Open(root, "etc/hosts", unix.O_PATH)
 	if err != nil {
 		return fmt.Errorf("bind the hosts file over /etc/hosts: %w (%w)", err, errReplaced)
 	}
@@ -656,17 +612,15 @@ func bindHosts(src, root int) error {
 	if err := unix.Fstat(dst, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("bind the hosts file: /etc/hosts is not a regular file: %w", errReplaced)
 	}
-	if err := unix.Mount(fdPath(src), fdPath(dst), "", unix.MS_BIND, ""); err != nil {
+	if err := unix.Mount(beneath.FDPath(src), beneath.FDPath(dst), "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind the hosts file over /etc/hosts: %w", err)
 	}
 	// The descriptor names the file below the bind; the remount needs the
 	// bind itself.
-	bound, err := openBeneath(root, "etc/hosts", unix.O_PATH)
+	bound, err := beneath.Open(root, "etc/hosts", unix.O_PATH)
 	if err != nil {
 		return fmt.Errorf("make the hosts file read-only: %w", err)
 	}
 	defer unix.Close(bound)
-	return remountReadOnly(fdPath(bound))
+	return remountReadOnly(beneath.FDPath(bound))
 }
-
-func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
