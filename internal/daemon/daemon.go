@@ -81,11 +81,14 @@ type Daemon struct {
 	target   join.Target
 	agent    idmap.User
 
-	started  time.Time
-	stop     context.CancelFunc
-	lockFile *os.File
-	warnings []string
-	peers    []placedPeer
+	started time.Time
+	stop    context.CancelFunc
+	// down is the shutdown of everything built so far, newest first: start
+	// begins it, serve continues it, and it runs once, however serve ends.
+	down       cleanup.Cleanup
+	holderOnce sync.Once
+	warnings   []string
+	peers      []placedPeer
 	// verifier and imageUser are resolved at start, like the agent.
 	verifier, imageUser idmap.User
 	logsDev, logsIno    uint64
@@ -292,8 +295,8 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build the sandbox: %w", err)
 	}
-	cu.Add(holder.Kill)
 	d.holder = holder
+	cu.Add(d.killHolder)
 	d.warnings = warnings
 	d.target = join.Target{PID: holder.PID, Namespaces: holder.Namespaces,
 		Limits: join.Limits{OOMScoreAdj: sessionOOMScoreAdj, MaxProcs: cfg.AgentMaxProcs}}
@@ -307,62 +310,76 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 	} else {
 		d.cgroup = g
 		d.target.Limits.Cgroup = g.Procs()
-		cu.Add(func() { g.Remove() })
+		cu.Add(d.removeCgroup)
 	}
 	d.limits = d.applyLimits()
+	// serve takes the shutdown over from here.
+	d.down = cu
 	cu.Release()
-	d.lockFile = lock
 	return d, nil
 }
 
-func (d *Daemon) serve(ctx context.Context) error {
-	defer d.lockFile.Close()
-	// Last: every session, grading and health check has ended by then.
-	defer d.target.Release()
-	defer d.holder.Kill()
+func (d *Daemon) serve(ctx context.Context) (err error) {
 	ctx, stop := context.WithCancel(ctx)
-	defer stop()
 	d.stop = stop
 	d.serveCtx = ctx
+	// One shutdown for every way serve ends, a start-up that fails half-way
+	// included (it must fail closed, not hang with a live sandbox). end
+	// comes first: the context ends and the sandbox dies, which is what
+	// every step below waits for. Then the steps run newest first, each
+	// registered as soon as what it undoes exists: they wait for a part to
+	// finish or undo it, and none waits for something only a later step
+	// would end. start's steps (the cgroup, the held namespaces, the holder,
+	// the lock) come last.
+	down := &d.down
+	defer func() {
+		d.end()
+		down.Clean()
+		if err == nil {
+			d.log.Info("stopped")
+		}
+	}()
+	down.Add(d.leftovers.Close)
 
 	rt, err := d.startEgress(ctx, d.peers)
 	if err != nil {
 		return err
 	}
 	d.egress = rt
-	defer rt.close()
+	down.Add(rt.close)
 	d.reserveGradeSpace()
-	if err := d.startEntrypoint(ctx); err != nil {
+	entrypointDone, err := d.startEntrypoint(ctx)
+	if err != nil {
 		return err
 	}
+	down.Add(entrypointDone)
 	if d.cfg.Task != nil && d.cfg.Task.Environment.Healthcheck != nil {
 		healthDone := make(chan struct{})
 		go func() { defer close(healthDone); d.watchHealth(ctx) }()
-		defer func() { <-healthDone }()
+		down.Add(func() { <-healthDone })
 	}
 	door, err := d.startSSH(ctx)
 	if err != nil {
 		return err
 	}
 	d.ssh = door
-	var sshDone chan struct{}
 	if door != nil {
-		sshDone = make(chan struct{})
+		sshDone := make(chan struct{})
 		go func() {
 			defer close(sshDone)
-			// Not ctx: the deferred Shutdown ends it, after the grace.
+			// Not ctx: the Shutdown below ends it, after the grace.
 			if err := door.server.Serve(context.Background(), door.listener); err != nil && ctx.Err() == nil {
 				d.log.Error("ssh stopped", "err", err)
 			}
 		}()
-		defer func() {
+		down.Add(func() {
 			// Sessions whose processes died with the sandbox still get to
 			// tell their clients why; the rest are cut after a short grace.
 			grace, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			door.server.Shutdown(grace)
 			cancel()
 			<-sshDone
-		}()
+		})
 	}
 
 	// The control socket exists only while the sandbox is ready.
@@ -371,15 +388,22 @@ func (d *Daemon) serve(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(sock)
-	defer ln.Close()
+	down.Add(func() {
+		ln.Close()
+		os.Remove(sock)
+	})
 	go func() { <-ctx.Done(); ln.Close() }()
+	var handlers sync.WaitGroup
+	down.Add(handlers.Wait)
 
-	var holderDied error
+	died := make(chan error, 1)
 	go func() {
 		select {
 		case <-d.holder.Done():
-			holderDied = fmt.Errorf("the sandbox's holder (pid %d) died: every agent process is gone; serve stops rather than build a new sandbox silently", d.holder.PID)
+			if ctx.Err() != nil {
+				return // end killed it
+			}
+			died <- fmt.Errorf("the sandbox's holder (pid %d) died: every agent process is gone; serve stops rather than build a new sandbox silently", d.holder.PID)
 			d.log.Error("sandbox lost", "pid", d.holder.PID, "bwrap_stderr", d.holder.Stderr())
 			stop()
 		case <-ctx.Done():
@@ -390,28 +414,37 @@ func (d *Daemon) serve(ctx context.Context) error {
 		d.onReady()
 	}
 	d.log.Info("serving", "control", sock, "sandbox_pid", d.holder.PID, "workdir", d.cfg.Workdir, "agent_uid", d.agent.UID)
-	var wg sync.WaitGroup
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			break
 		}
-		wg.Add(1)
+		handlers.Add(1)
 		go func() {
-			defer wg.Done()
+			defer handlers.Done()
 			d.handle(ctx, c)
 		}()
 	}
-	stop()
-	d.holder.Kill()
-	wg.Wait()
-	d.leftovers.Close()
-	d.removeCgroup()
-	if holderDied != nil {
-		return holderDied
+	select {
+	case err := <-died:
+		return err
+	default:
+		return nil
 	}
-	d.log.Info("stopped")
-	return nil
+}
+
+// end begins serve's end: the context ends, which stops the listeners,
+// sessions, health checks and proxies, and the sandbox is killed with
+// every process in it. It returns once the holder is gone.
+func (d *Daemon) end() {
+	d.stop()
+	d.killHolder()
+}
+
+// killHolder kills the sandbox and waits for its holder, once: the holder's
+// pid is not to be signalled again after it has been reaped.
+func (d *Daemon) killHolder() {
+	d.holderOnce.Do(d.holder.Kill)
 }
 
 func listenUnix(path string) (net.Listener, error) {

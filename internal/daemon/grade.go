@@ -87,37 +87,39 @@ func (d *Daemon) setPhase(p string) {
 // image's user, as Docker would have run it (Harbor keeps the entrypoint and
 // replaces only the command). Its output goes to a log in the harness dir.
 // If it exits or crashes, that is logged and reported; serving goes on.
-func (d *Daemon) startEntrypoint(ctx context.Context) error {
+// done waits for the entrypoint; the sandbox must be going for it to return.
+func (d *Daemon) startEntrypoint(ctx context.Context) (done func(), err error) {
 	if len(d.cfg.Entrypoint) == 0 {
-		return nil
+		return func() {}, nil
 	}
 	user := d.imageUser
 	logDir := d.harnessPath("logs")
 	if err := os.MkdirAll(logDir, 0o700); err != nil {
-		return err
+		return nil, fmt.Errorf("entrypoint: create the log dir: %w", err)
 	}
 	out, err := os.OpenFile(filepath.Join(logDir, "entrypoint.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("entrypoint: open its log: %w", err)
 	}
 	env := sessionEnv(d.cfg.ImageEnv, d.cfg.Task.EnvironmentEnv().Environ(), user, nil)
 	st, err := d.target.Command(join.Spec{User: user, Env: env, Dir: d.cfg.Workdir, Argv: d.cfg.Entrypoint})
 	if err != nil {
 		out.Close()
-		return err
+		return nil, fmt.Errorf("entrypoint %q: %w", d.cfg.Entrypoint, err)
 	}
 	st.Cmd.Stdout, st.Cmd.Stderr = out, out
 	proc, err := st.Start()
 	out.Close()
 	if err != nil {
-		st.Cmd.Wait()
 		d.entrypointState(fmt.Sprintf("failed to start: %v", err))
 		d.log.Error("entrypoint failed to start", "argv", d.cfg.Entrypoint, "err", err)
-		return nil
+		return func() {}, nil
 	}
 	d.entrypointState("running")
 	d.log.Info("entrypoint started", "argv", d.cfg.Entrypoint, "pid", proc.PID, "uid", user.UID)
+	exited := make(chan struct{})
 	go func() {
+		defer close(exited)
 		err := st.Cmd.Wait()
 		code, sig, _ := join.ExitStatus(err)
 		state := fmt.Sprintf("exited %d", code)
@@ -129,7 +131,7 @@ func (d *Daemon) startEntrypoint(ctx context.Context) error {
 			d.log.Warn("entrypoint ended", "argv", d.cfg.Entrypoint, "state", state)
 		}
 	}()
-	return nil
+	return func() { <-exited }, nil
 }
 
 func (d *Daemon) entrypointState(s string) {

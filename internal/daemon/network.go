@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sandboxd/sandboxd/internal/cleanup"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 )
@@ -136,6 +137,10 @@ func (d *Daemon) startEgress(ctx context.Context, peers []placedPeer) (*egressRu
 		return nil, err
 	}
 	rt.audit = audit
+	// Undone in reverse if a step below fails; once the proxies serve,
+	// they close their listeners when ctx ends, and close waits for them.
+	cu := cleanup.Make(func() { audit.Close() })
+	defer cu.Clean()
 	own, err := d.ownAddrs()
 	if err != nil {
 		d.log.Warn("list the daemon's own addresses", "err", err)
@@ -146,7 +151,6 @@ func (d *Daemon) startEgress(ctx context.Context, peers []placedPeer) (*egressRu
 		// the shared /etc/hosts and /etc/resolv.conf later.
 		snap, err := egress.NewSnapshotResolver("/etc/hosts", "/etc/resolv.conf")
 		if err != nil {
-			audit.Close()
 			return nil, err
 		}
 		resolver = snap
@@ -169,20 +173,19 @@ func (d *Daemon) startEgress(ctx context.Context, peers []placedPeer) (*egressRu
 	}
 	lns, errs, err := d.target.Listen(ctx, want)
 	if err != nil {
-		audit.Close()
 		return nil, fmt.Errorf("make listeners inside the sandbox: %w", err)
+	}
+	for _, ln := range lns {
+		if ln != nil {
+			cu.Add(func() { ln.Close() })
+		}
 	}
 	for i, e := range errs {
 		if e != nil {
-			for _, ln := range lns {
-				if ln != nil {
-					ln.Close()
-				}
-			}
-			audit.Close()
 			return nil, fmt.Errorf("listen on %s inside the sandbox: %w", want[i], e)
 		}
 	}
+	cu.Release()
 	serve := func(name string, fn func() error) {
 		rt.wg.Add(1)
 		go func() {

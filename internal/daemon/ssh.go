@@ -93,6 +93,7 @@ func (d *Daemon) startSSH(ctx context.Context) (*sshDoor, error) {
 	}
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
+		srv.Close()
 		return nil, fmt.Errorf("listen for SSH on %s: %w (choose another with --listen)", c.Listen, err)
 	}
 	door.server, door.listener = srv, ln
