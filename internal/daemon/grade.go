@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/control"
@@ -85,35 +84,60 @@ func (d *Daemon) setPhase(p string) {
 
 // startEntrypoint runs the image's ENTRYPOINT inside the sandbox as the
 // image's user, as Docker would have run it (Harbor keeps the entrypoint and
-// replaces only the command). Its output goes to a log in the harness dir.
+// replaces only the command). Its stdout and stderr are one pipe, as under
+// Docker: the daemon reads it and writes <harness>/logs/entrypoint.log,
+// which nothing in the sandbox can open (a file of the harness as the
+// entrypoint's stdout was one for the agent too, through /proc/PID/fd/1).
 // If it exits or crashes, that is logged and reported; serving goes on.
-// done waits for the entrypoint; the sandbox must be going for it to return.
+// done waits for the entrypoint and for its log to be written to the end;
+// the sandbox must be going for it to return.
 func (d *Daemon) startEntrypoint(ctx context.Context) (done func(), err error) {
 	if len(d.cfg.Entrypoint) == 0 {
 		return func() {}, nil
 	}
 	user := d.imageUser
-	logDir := d.harnessPath("logs")
-	if err := os.MkdirAll(logDir, 0o700); err != nil {
-		return nil, fmt.Errorf("entrypoint: create the log dir: %w", err)
-	}
-	out, err := os.OpenFile(filepath.Join(logDir, "entrypoint.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	out, err := openEntrypointLog(d.harnessPath("logs"))
 	if err != nil {
-		return nil, fmt.Errorf("entrypoint: open its log: %w", err)
+		return nil, err
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		out.close()
+		return nil, fmt.Errorf("entrypoint: output pipe: %w", err)
+	}
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		out.copy(pr, d.log)
+	}()
+	wait := func() {
+		select {
+		case <-logged:
+		case <-time.After(entrypointDrain):
+			// Something outside the sandbox holds the pipe open: stop
+			// rather than hold serve's end.
+			pr.SetReadDeadline(time.Now())
+			<-logged
+		}
+		pr.Close()
 	}
 	env := sessionEnv(d.cfg.ImageEnv, d.cfg.Task.EnvironmentEnv().Environ(), user, nil)
 	st, err := d.target.Command(join.Spec{User: user, Env: env, Dir: d.cfg.Workdir, Argv: d.cfg.Entrypoint})
 	if err != nil {
-		out.Close()
+		pw.Close()
+		wait()
 		return nil, fmt.Errorf("entrypoint %q: %w", d.cfg.Entrypoint, err)
 	}
-	st.Cmd.Stdout, st.Cmd.Stderr = out, out
+	growPipe(pw)
+	st.Cmd.Stdout, st.Cmd.Stderr = pw, pw
 	proc, err := st.Start()
-	out.Close()
+	// The entrypoint holds its own copy now (or never will): EOF comes
+	// when it and whatever it started have all closed theirs.
+	pw.Close()
 	if err != nil {
 		d.entrypointState(fmt.Sprintf("failed to start: %v", err))
 		d.log.Error("entrypoint failed to start", "argv", d.cfg.Entrypoint, "err", err)
-		return func() {}, nil
+		return wait, nil
 	}
 	d.entrypointState("running")
 	d.log.Info("entrypoint started", "argv", d.cfg.Entrypoint, "pid", proc.PID, "uid", user.UID)
@@ -131,7 +155,7 @@ func (d *Daemon) startEntrypoint(ctx context.Context) (done func(), err error) {
 			d.log.Warn("entrypoint ended", "argv", d.cfg.Entrypoint, "state", state)
 		}
 	}()
-	return func() { <-exited }, nil
+	return func() { <-exited; wait() }, nil
 }
 
 func (d *Daemon) entrypointState(s string) {
