@@ -41,8 +41,6 @@ func runServe(ctx context.Context, args []string) int {
 	// itself ignores it; an image ENTRYPOINT gets it as its arguments, as
 	// Docker would have given them (ENTRYPOINT + CMD).
 	rest := fs.Args()
-	stopReaper := daemon.ReapOrphans(ctx, log)
-	defer stopReaper()
 	cfg := daemon.Config{
 		HarnessDir:    *harness,
 		Workdir:       *workdir,

@@ -339,6 +339,7 @@ func (d *Daemon) serve(ctx context.Context) (err error) {
 			d.log.Info("stopped")
 		}
 	}()
+	down.Add(reapStrays(d.log))
 	down.Add(d.leftovers.Close)
 
 	rt, err := d.startEgress(ctx, d.peers)

@@ -204,13 +204,13 @@ func TestLesson17_NonRootAgentGetsImageEnv(t *testing.T) {
 	assert.Equal(t, "4321\n/opt/tool/bin:/usr/bin:/bin\nC.UTF-8\n/\n", r.stdout)
 }
 
-// Lesson 24: reaping orphans never steals the exit status a session waits for.
+// Lesson 24: reaping orphans never steals the exit status a session waits
+// for. serve reaps its children that nothing waits for; as a subreaper, this
+// test gets orphans as a container's PID 1 would.
 func TestLesson24_ReaperDoesNotStealExitStatus(t *testing.T) {
 	s := serveForTest(t, Config{})
 	require.NoError(t, unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
 	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
-	stop := reapOrphans(context.Background(), slog.New(slog.DiscardHandler))
-	defer stop()
 	// Orphans re-parented to us, to keep the reaper busy.
 	require.NoError(t, exec.Command("sh", "-c", "for i in 1 2 3 4 5; do (sleep 0.$i &) ; done").Run())
 	var wg sync.WaitGroup

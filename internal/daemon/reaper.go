@@ -1,83 +1,167 @@
 package daemon
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
-	"github.com/sandboxd/sandboxd/internal/procfs"
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/procfs"
 )
 
-// zombieGrace is how long a zombie child must stay unreaped before the
-// reaper takes it. Every process sandboxd starts has a goroutine blocked in
-// wait for exactly that pid, which reaps it at once; only orphans re-parented
-// to us stay zombies. Taking those after a grace period, never sooner, is what
-// keeps the reaper from stealing a session's exit status (lesson 24).
-const zombieGrace = time.Second
+// The daemon is the parent of more processes than it starts. What it joins
+// into the sandbox's pid namespace is its child by clone(CLONE_PARENT)
+// (pkg/join), and any process in the sandbox can do the same: a copy that a
+// session makes with CLONE_PARENT is the daemon's child too, and nothing of
+// the daemon waits for it. As a container's PID 1 it also inherits the
+// container's orphans. Such a child stays a zombie until it is reaped, and a
+// zombie of the sandbox's pid namespace also holds the sandbox's pid 1 in its
+// exit (a pid namespace ends only once all of its processes are reaped), so
+// serve's end would wait for the holder until it gave up.
+//
+// So serve reaps every zombie child that nothing waits for, PID 1 or not,
+// and never one that something does wait for, which would steal a session's
+// exit status (lesson 24). Every process the daemon starts is an os.Process,
+// which holds a pidfd from its start until Wait has reaped it: a zombie child
+// with a pidfd is left to its waiter. One without is taken once it is older
+// than zombieGrace (join's own short-lived copies, waited by pid, are
+// younger) and has stayed a zombie for zombieSettle (a waiter reaps at
+// once). Where the runtime holds no pidfd at all (a kernel or seccomp
+// profile without them: Go then waits by pid) only the older rule is left:
+// a zombie that nothing reaped for zombieGrace.
+const (
+	zombieGrace  = time.Second
+	zombieSettle = 100 * time.Millisecond
+)
 
-// ReapOrphans makes sandboxd a good container PID 1: orphans re-parented to
-// it are reaped. When sandboxd is not PID 1 it does nothing. The returned
-// function stops it.
-func ReapOrphans(ctx context.Context, log *slog.Logger) (stop func()) {
-	if os.Getpid() != 1 {
-		return func() {}
-	}
-	return reapOrphans(ctx, log)
-}
-
-// reapOrphans reaps regardless of our pid; tests run it as a subreaper.
-func reapOrphans(ctx context.Context, log *slog.Logger) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	chld := make(chan os.Signal, 1)
-	signal.Notify(chld, syscall.SIGCHLD)
+// reapStrays reaps, until the returned function is called, this process's
+// zombie children that nothing waits for.
+func reapStrays(log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		defer signal.Stop(chld)
-		seen := map[int]time.Time{}
-		tick := time.NewTicker(zombieGrace)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-chld:
-			case <-tick.C:
-			}
-			now := time.Now()
-			current := map[int]time.Time{}
-			for _, pid := range zombieChildren() {
-				first, ok := seen[pid]
-				if !ok {
-					first = now
-				}
-				if now.Sub(first) >= zombieGrace {
-					var ws unix.WaitStatus
-					if _, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil); err == nil {
-						log.Debug("reaped orphan", "pid", pid, "status", ws.ExitStatus())
-					}
-					continue
-				}
-				current[pid] = first
-			}
-			seen = current
-		}
+		reapUntil(ctx, log)
 	}()
 	return func() { cancel(); <-done }
 }
 
+func reapUntil(ctx context.Context, log *slog.Logger) {
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	defer signal.Stop(chld)
+	seen := map[int]time.Time{} // zombie children, and when each was first seen as one
+	next := time.NewTimer(zombieGrace)
+	defer next.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-chld:
+		case <-next.C:
+		}
+		next.Reset(reapOnce(seen, log))
+	}
+}
+
+// reapOnce reaps the zombie children that are due, remembers the others in
+// seen, and says when to look again.
+func reapOnce(seen map[int]time.Time, log *slog.Logger) (again time.Duration) {
+	again = zombieGrace
+	zombies := zombieChildren()
+	if len(zombies) == 0 {
+		clear(seen)
+		return again
+	}
+	waited, pidfds := pidfdsHeld()
+	now, uptime := time.Now(), bootTicks()
+	current := map[int]time.Time{}
+	for pid, st := range zombies {
+		if waited[pid] {
+			continue
+		}
+		first, ok := seen[pid]
+		if !ok {
+			first = now
+		}
+		due := zombieGrace
+		if pidfds && uptime > st.Start && time.Duration(uptime-st.Start)*tick >= zombieGrace {
+			due = zombieSettle
+		}
+		if left := due - now.Sub(first); left > 0 {
+			current[pid] = first
+			again = min(again, left)
+			continue
+		}
+		var ws unix.WaitStatus
+		if _, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil); err == nil {
+			log.Debug("reaped a child nothing waited for", "pid", pid, "status", ws.ExitStatus())
+		}
+	}
+	clear(seen)
+	for pid, first := range current {
+		seen[pid] = first
+	}
+	return again
+}
+
 // zombieChildren lists our children that have exited and not been waited for.
-func zombieChildren() []int {
+func zombieChildren() map[int]procfs.Stat {
 	me := os.Getpid()
-	var out []int
+	out := map[int]procfs.Stat{}
 	for _, pid := range procfs.PIDs() {
 		if st, err := procfs.ReadStat(pid); err == nil && st.State == 'Z' && st.PPID == me {
-			out = append(out, pid)
+			out[pid] = st
 		}
 	}
 	return out
+}
+
+// pidfdsHeld lists the processes this one holds a pidfd for, and says
+// whether it holds any.
+func pidfdsHeld() (pids map[int]bool, any bool) {
+	pids = map[int]bool{}
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return pids, false
+	}
+	for _, e := range entries {
+		if link, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || link != "anon_inode:[pidfd]" {
+			continue
+		}
+		any = true
+		info, err := os.ReadFile("/proc/self/fdinfo/" + e.Name())
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(bytes.NewReader(info))
+		for sc.Scan() {
+			if v, ok := bytes.CutPrefix(sc.Bytes(), []byte("Pid:")); ok {
+				if pid, err := strconv.Atoi(string(bytes.TrimSpace(v))); err == nil {
+					pids[pid] = true
+				}
+			}
+		}
+	}
+	return pids, any
+}
+
+// tick is the unit of /proc/PID/stat's times: USER_HZ, 100 on every
+// architecture Linux runs on.
+const tick = 10 * time.Millisecond
+
+// bootTicks is the time since boot in ticks, the clock of procfs.Stat.Start.
+func bootTicks() uint64 {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts) != nil {
+		return 0
+	}
+	return uint64(ts.Nano() / int64(tick))
 }

@@ -29,6 +29,8 @@ func PIDs() []int {
 type Stat struct {
 	State byte // R, S, D, Z, T, …
 	PPID  int
+	// Start is when the process started, in clock ticks after boot.
+	Start uint64
 	// ArgStart and ArgEnd bound the argv area, what /proc/PID/cmdline
 	// shows (0 unless the reader may ptrace the process).
 	ArgStart, ArgEnd uint64
@@ -55,6 +57,10 @@ func ReadStat(pid int) (Stat, error) {
 		return Stat{}, fmt.Errorf("procfs: /proc/%d/stat: %w", pid, err)
 	}
 	st := Stat{State: f[0][0], PPID: ppid}
+	// Field 22 of stat(5), counted from the state (field 3).
+	if len(f) > 19 {
+		st.Start, _ = strconv.ParseUint(string(f[19]), 10, 64)
+	}
 	// Fields 48 and 49 of stat(5), counted from the state (field 3).
 	if len(f) > 46 {
 		st.ArgStart, _ = strconv.ParseUint(string(f[45]), 10, 64)
