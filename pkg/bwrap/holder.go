@@ -50,6 +50,7 @@ type Holder struct {
 	Namespaces   []string // the namespaces it owns (/proc/PID/ns names), read from the holder itself
 
 	cmd        *exec.Cmd
+	pidfd      int      // pid 1 of the sandbox, to signal it and no process that reuses its pid; -1 none
 	hold       *os.File // the write end of pid 1's stdin, never written
 	stderr     *tailBuffer
 	stderrDone chan struct{}
@@ -182,7 +183,7 @@ func Start(ctx context.Context, cfg Config) (*Holder, error) {
 	if startErr != nil {
 		return nil, fmt.Errorf("start %s: %w", bwrapPath, startErr)
 	}
-	h := &Holder{Version: v, Bwrap: bwrapPath, cmd: cmd, stderr: &tailBuffer{max: 8 << 10}, stderrDone: make(chan struct{}), done: make(chan struct{})}
+	h := &Holder{Version: v, Bwrap: bwrapPath, cmd: cmd, pidfd: -1, stderr: &tailBuffer{max: 8 << 10}, stderrDone: make(chan struct{}), done: make(chan struct{})}
 	cu.Add(h.Kill)
 	go func() {
 		io.Copy(h.stderr, errR)
@@ -209,6 +210,12 @@ func Start(ctx context.Context, cfg Config) (*Holder, error) {
 		return nil, h.died(fmt.Errorf("read bwrap --info-fd: %w", err))
 	}
 	h.PID = info.ChildPID
+	// bwrap waits on --userns-block-fd until the maps are written, so pid 1
+	// is alive here and the descriptor names it and nothing else.
+	if h.pidfd, err = unix.PidfdOpen(h.PID, 0); err != nil {
+		h.pidfd = -1
+		return nil, h.died(fmt.Errorf("open a pidfd for the sandbox's pid 1 (%d): %w", h.PID, err))
+	}
 
 	uid, gid, mode, err := writeMaps(h.PID, cfg.AllowDegraded)
 	if err != nil {
@@ -473,8 +480,8 @@ func (h *Holder) died(err error) error {
 // every process of its pid namespace, and bwrap exits only after its pid 1:
 // so bwrap is left to exit by itself, and killed only if it does not.
 func (h *Holder) Kill() {
-	if h.PID > 0 {
-		unix.Kill(h.PID, unix.SIGKILL)
+	if h.pidfd >= 0 {
+		unix.PidfdSendSignal(h.pidfd, unix.SIGKILL, nil, 0)
 	}
 	select {
 	case <-h.done:
@@ -486,6 +493,10 @@ func (h *Holder) Kill() {
 	}
 	if h.hold != nil {
 		h.hold.Close()
+	}
+	if h.pidfd >= 0 {
+		unix.Close(h.pidfd)
+		h.pidfd = -1
 	}
 }
 
