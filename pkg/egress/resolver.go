@@ -29,19 +29,11 @@ type SnapshotResolver struct {
 // NewSnapshotResolver reads hostsPath and resolvConfPath now; a missing file
 // is an empty one (no hosts; no servers means only the hosts answer).
 func NewSnapshotResolver(hostsPath, resolvConfPath string) (*SnapshotResolver, error) {
-	r := &SnapshotResolver{hosts: map[string][]netip.Addr{}, timeout: 5 * time.Second}
-	if err := eachLine(hostsPath, func(f []string) {
-		a, err := netip.ParseAddr(f[0])
-		if err != nil {
-			return
-		}
-		for _, name := range f[1:] {
-			name = strings.ToLower(strings.TrimSuffix(name, "."))
-			r.hosts[name] = append(r.hosts[name], a.Unmap())
-		}
-	}); err != nil {
+	hosts, err := imagefile.Hosts(hostsPath, maxSnapshotFile)
+	if err != nil {
 		return nil, err
 	}
+	r := &SnapshotResolver{hosts: hosts, timeout: 5 * time.Second}
 	if err := eachLine(resolvConfPath, func(f []string) {
 		if f[0] == "nameserver" && len(f) > 1 {
 			if a, err := netip.ParseAddr(f[1]); err == nil {
@@ -60,8 +52,8 @@ func (r *SnapshotResolver) WithServers(servers ...string) *SnapshotResolver {
 	return r
 }
 
-// eachLine calls fn with the fields of each line of a hosts or resolv.conf
-// file, comments removed.
+// eachLine calls fn with the fields of each line of a resolv.conf file,
+// comments removed.
 func eachLine(path string, fn func([]string)) error {
 	return imagefile.Lines(path, maxSnapshotFile, func(line string) {
 		line, _, _ = strings.Cut(line, "#")

@@ -3,10 +3,10 @@ package idmap
 import (
 	"errors"
 	"fmt"
-	"github.com/sandboxd/sandboxd/internal/imagefile"
-	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/sandboxd/sandboxd/internal/imagefile"
 )
 
 // maxUserDB bounds how much of a passwd or group file is read.
@@ -38,7 +38,9 @@ type groupEntry struct {
 }
 
 // Lookup resolves `user[:group]` like Docker does, from the passwd and group
-// files under root (the image's, never the host's):
+// files under root (the image's, never the host's), resolved as a process
+// whose root it is resolves them: "/" at start, /proc/<holder>/root for the
+// sandbox's view later, where the agent's links must not lead outside:
 //   - "" is root;
 //   - a name is its passwd entry with its primary group;
 //   - a bare uid uses its passwd entry when there is one, else gid 0 (lesson 15);
@@ -53,11 +55,16 @@ func Lookup(root, spec string) (User, error) {
 	if userPart == "" {
 		return User{}, fmt.Errorf("resolve %q: %w: the user part is empty; write USER or USER:GROUP", spec, ErrUnknownUser)
 	}
-	users, err := readPasswd(filepath.Join(root, "etc/passwd"))
+	r, err := imagefile.OpenRoot(root)
+	if err != nil {
+		return User{}, fmt.Errorf("resolve %q: %w", spec, err)
+	}
+	defer r.Close()
+	users, err := readPasswd(r)
 	if err != nil {
 		return User{}, err
 	}
-	groups, err := readGroup(filepath.Join(root, "etc/group"))
+	groups, err := readGroup(r)
 	if err != nil {
 		return User{}, err
 	}
@@ -80,7 +87,7 @@ func Lookup(root, spec string) (User, error) {
 			}
 		}
 		if found == nil {
-			return User{}, fmt.Errorf("resolve user %q: %w: no entry in %s; use a uid or add the user to the image", userPart, ErrUnknownUser, filepath.Join(root, "etc/passwd"))
+			return User{}, fmt.Errorf("resolve user %q: %w: no entry in the image's /etc/passwd; use a uid or add the user to the image", userPart, ErrUnknownUser)
 		}
 	}
 	if found != nil {
@@ -108,7 +115,7 @@ func Lookup(root, spec string) (User, error) {
 				}
 			}
 			if g == nil {
-				return User{}, fmt.Errorf("resolve group %q: %w: no entry in %s; use a gid or add the group to the image", groupPart, ErrUnknownUser, filepath.Join(root, "etc/group"))
+				return User{}, fmt.Errorf("resolve group %q: %w: no entry in the image's /etc/group; use a gid or add the group to the image", groupPart, ErrUnknownUser)
 			}
 			u.GID = g.gid
 		}
@@ -127,9 +134,24 @@ func Lookup(root, spec string) (User, error) {
 	return u, nil
 }
 
-func readPasswd(path string) ([]passwdEntry, error) {
+// GroupID is the gid of the group called name in the group file under root,
+// as a process whose root it is sees that file.
+func GroupID(root *imagefile.Root, name string) (uint32, error) {
+	groups, err := readGroup(root)
+	if err != nil {
+		return 0, err
+	}
+	for _, g := range groups {
+		if g.name == name {
+			return g.gid, nil
+		}
+	}
+	return 0, fmt.Errorf("resolve group %q: %w", name, ErrUnknownUser)
+}
+
+func readPasswd(root *imagefile.Root) ([]passwdEntry, error) {
 	var out []passwdEntry
-	err := scanColonFile(path, 7, func(f []string) {
+	err := scanColonFile(root, "/etc/passwd", 7, func(f []string) {
 		uid, err1 := strconv.ParseUint(f[2], 10, 32)
 		gid, err2 := strconv.ParseUint(f[3], 10, 32)
 		if err1 != nil || err2 != nil {
@@ -140,9 +162,9 @@ func readPasswd(path string) ([]passwdEntry, error) {
 	return out, err
 }
 
-func readGroup(path string) ([]groupEntry, error) {
+func readGroup(root *imagefile.Root) ([]groupEntry, error) {
 	var out []groupEntry
-	err := scanColonFile(path, 4, func(f []string) {
+	err := scanColonFile(root, "/etc/group", 4, func(f []string) {
 		gid, err := strconv.ParseUint(f[2], 10, 32)
 		if err != nil {
 			return
@@ -156,11 +178,12 @@ func readGroup(path string) ([]groupEntry, error) {
 	return out, err
 }
 
-// scanColonFile calls fn with the fields of each well-formed line; a missing
-// file is an empty one, as for Docker on images without /etc/passwd. The
-// files are the image's, which the agent can write: imagefile reads them.
-func scanColonFile(path string, fields int, fn func([]string)) error {
-	return imagefile.Lines(path, maxUserDB, func(line string) {
+// scanColonFile calls fn with the fields of each well-formed line of name
+// under root; a missing file is an empty one, as for Docker on images without
+// /etc/passwd. The files are the image's, which the agent can write:
+// imagefile reads them.
+func scanColonFile(root *imagefile.Root, name string, fields int, fn func([]string)) error {
+	return root.Lines(name, maxUserDB, func(line string) {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			return

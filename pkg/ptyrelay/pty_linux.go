@@ -1,14 +1,15 @@
 package ptyrelay
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/imagefile"
+	"github.com/sandboxd/sandboxd/pkg/idmap"
 )
 
 // Size is a terminal's size in characters and, optionally, pixels.
@@ -55,13 +56,13 @@ type pty struct {
 // the image's tty group and mode 0620, as sshd leaves it.
 func openPTY(holderPID int, uid, gid uint32) (*pty, error) {
 	rootPath := fmt.Sprintf("/proc/%d/root", holderPID)
-	root, err := unix.Open(rootPath, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	root, err := imagefile.OpenRoot(rootPath)
 	if err != nil {
-		return nil, fmt.Errorf("open the sandbox's root %s: %w", rootPath, err)
+		return nil, fmt.Errorf("open the sandbox's root: %w", err)
 	}
-	defer unix.Close(root)
+	defer root.Close()
 	const ptmx = "/dev/pts/ptmx"
-	mfd, err := openInRoot(root, ptmx, unix.O_RDWR|unix.O_NOCTTY)
+	mfd, err := openInRoot(root.Fd(), ptmx, unix.O_RDWR|unix.O_NOCTTY)
 	if err != nil {
 		return nil, fmt.Errorf("open the sandbox's %s (through %s): %w", ptmx, rootPath, err)
 	}
@@ -84,7 +85,7 @@ func openPTY(holderPID int, uid, gid uint32) (*pty, error) {
 	r, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(mfd), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
 	sfd := int(r)
 	if errno != 0 {
-		sfd, err = openInRoot(root, name, unix.O_RDWR|unix.O_NOCTTY)
+		sfd, err = openInRoot(root.Fd(), name, unix.O_RDWR|unix.O_NOCTTY)
 		if err != nil {
 			return fail(fmt.Errorf("open pty slave %s of the sandbox: %w", name, err))
 		}
@@ -119,23 +120,13 @@ func openInRoot(root int, path string, flags int) (int, error) {
 	})
 }
 
-// ttyGroup is the gid of the group "tty" in the image's group file, else
-// fallback (the user's own group), as for a system without that group.
-func ttyGroup(root int, fallback uint32) uint32 {
-	fd, err := openInRoot(root, "/etc/group", unix.O_RDONLY)
-	if err != nil {
-		return fallback
-	}
-	f := os.NewFile(uintptr(fd), "/etc/group")
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		parts := strings.Split(sc.Text(), ":")
-		if len(parts) >= 3 && parts[0] == "tty" {
-			if gid, err := strconv.ParseUint(parts[2], 10, 32); err == nil {
-				return uint32(gid)
-			}
-		}
+// ttyGroup is the gid of the group "tty" in the sandbox's group file, else
+// fallback (the user's own group), as for a system without that group. The
+// agent's root can put a FIFO or a link to /dev/urandom there: idmap reads
+// it through imagefile, which reads regular files only, and only so much.
+func ttyGroup(root *imagefile.Root, fallback uint32) uint32 {
+	if gid, err := idmap.GroupID(root, "tty"); err == nil {
+		return gid
 	}
 	return fallback
 }
