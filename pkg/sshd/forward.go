@@ -1,17 +1,16 @@
 package sshd
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"strings"
 	"time"
 
 	"golang.org/x/crypto/ssh"
-	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/imagefile"
 )
 
 // dialTimeout bounds a direct-tcpip connect inside the sandbox.
@@ -86,9 +85,10 @@ func (c *conn) forward(nch ssh.NewChannel) {
 }
 
 // resolve turns a direct-tcpip host into an address inside the sandbox:
-// an IP address, localhost, or a name from the sandbox's own /etc/hosts
-// (where its peers are listed). No DNS: the daemon's resolver answers for
-// the substrate, not for the sandbox.
+// an IP address, localhost, or a name of the sandbox's /etc/hosts as it was
+// when the server was made (where its peers are listed). No DNS: the
+// daemon's resolver answers for the substrate, not for the sandbox. And no
+// reading the hosts file now: the agent's root may have made it a FIFO.
 func (s *Server) resolve(host string) (netip.Addr, error) {
 	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
 	if a, err := netip.ParseAddr(host); err == nil {
@@ -97,64 +97,46 @@ func (s *Server) resolve(host string) (netip.Addr, error) {
 	if host == "" || strings.EqualFold(host, "localhost") {
 		return netip.AddrFrom4([4]byte{127, 0, 0, 1}), nil
 	}
-	if a, ok := s.lookupHosts(host); ok {
-		return a, nil
+	if a := s.hosts[strings.ToLower(strings.TrimSuffix(host, "."))]; len(a) > 0 {
+		return a[0], nil
 	}
-	return netip.Addr{}, fmt.Errorf("cannot resolve %q inside the sandbox: use an IP address, localhost, or a name from the sandbox's /etc/hosts", host)
+	return netip.Addr{}, fmt.Errorf("cannot resolve %q inside the sandbox: use an IP address, localhost, or a name the sandbox's /etc/hosts had when serve started", host)
 }
 
-func (s *Server) lookupHosts(name string) (netip.Addr, bool) {
-	f, err := s.openInSandbox("/etc/hosts")
+// maxHostsFile bounds how much of the sandbox's /etc/hosts is read.
+const maxHostsFile = 1 << 20
+
+// readHosts takes the snapshot of the sandbox's /etc/hosts that ssh -L
+// names are resolved from. A hosts file that cannot be read (not a regular
+// file, say) names nothing.
+func (s *Server) readHosts() map[string][]netip.Addr {
+	root, err := s.sandboxRoot()
 	if err != nil {
-		return netip.Addr{}, false
+		s.log.Warn("ssh -L will know no names from the sandbox's hosts file", "err", err)
+		return nil
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
-	for sc.Scan() {
-		line, _, _ := strings.Cut(sc.Text(), "#")
-		fields := strings.Fields(line)
-		if len(fields) < 2 {
-			continue
-		}
-		a, err := netip.ParseAddr(fields[0])
-		if err != nil {
-			continue
-		}
-		for _, n := range fields[1:] {
-			if strings.EqualFold(n, name) {
-				return a.Unmap(), true
-			}
-		}
+	defer root.Close()
+	hosts, err := root.Hosts("/etc/hosts", maxHostsFile)
+	if err != nil {
+		s.log.Warn("ssh -L will know no names from the sandbox's hosts file", "err", err)
 	}
-	return netip.Addr{}, false
+	return hosts
 }
 
-// openInSandbox opens path as the sandbox sees it: symlinks resolve inside
-// the sandbox's root, never in the substrate's.
-func (s *Server) openInSandbox(path string) (*os.File, error) {
-	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", s.cfg.Target.PID), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open the sandbox's root: %w", err)
-	}
-	defer unix.Close(root)
-	fd, err := unix.Openat2(root, path, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("open %s in the sandbox: %w", path, err)
-	}
-	return os.NewFile(uintptr(fd), path), nil
+// sandboxRoot holds the sandbox's root, under which the image's files are
+// looked up as the sandbox sees them.
+func (s *Server) sandboxRoot() (*imagefile.Root, error) {
+	return imagefile.OpenRoot(fmt.Sprintf("/proc/%d/root", s.cfg.Target.PID))
 }
 
 // executableInSandbox reports whether path is an executable regular file in
-// the sandbox's view.
+// the sandbox's view. Nothing is opened for reading: a FIFO planted at the
+// login shell or the sftp-server is simply not executable.
 func (s *Server) executableInSandbox(path string) bool {
-	f, err := s.openInSandbox(path)
+	root, err := s.sandboxRoot()
 	if err != nil {
 		return false
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	return err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0
+	defer root.Close()
+	return root.Executable(path)
 }

@@ -65,6 +65,10 @@ type options struct {
 	maxSessions int
 	handshake   time.Duration
 	hide        []string // paths absent inside the sandbox
+	shell       string   // the agent's login shell instead of its passwd entry's
+	// prepare runs once the sandbox exists, before the server is made: what
+	// it leaves is what the server finds at start.
+	prepare func(sb *sandboxtest.Sandbox)
 }
 
 // newKey writes an ed25519 private key usable by OpenSSH and returns its
@@ -96,8 +100,14 @@ func startServer(t testing.TB, o options) *testServer {
 	u, err := idmap.Lookup("/", o.user)
 	require.NoError(t, err)
 	require.NoError(t, os.Chown(work, int(u.UID), int(u.GID)))
+	if o.shell != "" {
+		u.Shell = o.shell
+	}
 
 	sb := sandboxtest.Start(t, bwrap.Config{Workdir: work, Hide: o.hide})
+	if o.prepare != nil {
+		o.prepare(sb)
+	}
 	keys := t.TempDir()
 	ts := &testServer{sb: sb, workdir: work, recordsDir: filepath.Join(keys, "records"), harnessLog: &harnessCalls{}, agentUser: u}
 	ts.agentKey, ts.agentSign = newKey(t, keys, "agent")

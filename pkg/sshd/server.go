@@ -73,6 +73,8 @@ type HarnessFunc func(ctx context.Context, command string, stdout, stderr io.Wri
 
 // Config is what the daemon hands the SSH server.
 type Config struct {
+	// Target is the sandbox; New reads its /etc/hosts once, for the names
+	// that ssh -L may forward to.
 	Target join.Target
 	// Agent is asked at the start of each agent session; an error refuses
 	// the session with its text (the sandbox is stopping, say).
@@ -125,6 +127,10 @@ type Server struct {
 	rec       *recorder
 	leftovers ptyrelay.Leftovers
 	handshake chan struct{} // semaphore of connections in handshake
+	// hosts are the names ssh -L may use, read from the sandbox's
+	// /etc/hosts by New: before any agent session, so later rewrites (or a
+	// FIFO in its place) change nothing.
+	hosts map[string][]netip.Addr
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -209,6 +215,7 @@ func New(cfg Config) (*Server, error) {
 		},
 	}
 	s.sshConfig.AddHostKey(cfg.HostKey)
+	s.hosts = s.readHosts()
 	return s, nil
 }
 
