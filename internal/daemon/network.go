@@ -7,8 +7,10 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/cleanup"
+	"github.com/sandboxd/sandboxd/internal/imagefile"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 )
@@ -33,10 +35,35 @@ type Network struct {
 	Peers    []Peer
 }
 
-// placedPeer is a peer with the loopback address it got inside the sandbox.
+// placedPeer is a peer with the loopback address it got inside the sandbox
+// and the address its target resolved to at start.
 type placedPeer struct {
 	Peer
 	Addr netip.AddrPort
+	Dial netip.AddrPort // set by resolvePeers; every connection goes there
+}
+
+// peerResolveWait bounds how long serve's start waits for the peers'
+// targets to resolve: a compose service may join the network a moment after
+// this container starts.
+var peerResolveWait = 10 * time.Second
+
+// resolvePeers resolves each peer's target once, with the resolver taken at
+// start, before any agent code runs. Resolving at each connection would read
+// the shared /etc/hosts, which the agent's root can rewrite (or swap with a
+// new /etc) to lead its peer to any substrate service on loopback, even
+// under no-network. A target that does not resolve fails the start.
+func resolvePeers(ctx context.Context, r egress.Resolver, peers []placedPeer) error {
+	ctx, cancel := context.WithTimeout(ctx, peerResolveWait)
+	defer cancel()
+	for i := range peers {
+		ap, err := egress.ResolvePeer(ctx, r, peers[i].Target)
+		if err != nil {
+			return fmt.Errorf("peer %q: cannot resolve its target %s at start (%w): start the service it names before serve, or give the target as an address", peers[i].Name, peers[i].Target, err)
+		}
+		peers[i].Dial = ap
+	}
+	return nil
 }
 
 // placePeers gives each peer 127.0.0.1:PORT, or the next 127.0.0.N when that
@@ -74,17 +101,19 @@ func placePeers(peers []Peer) ([]placedPeer, error) {
 	return out, nil
 }
 
+// maxHostsFile bounds how much of the substrate's /etc/hosts the sandbox's
+// copy takes.
+const maxHostsFile = 16 << 20
+
 // hostsFile is the substrate's hosts file plus one line per peer (lesson 35:
 // added to, never replacing it).
 func hostsFile(peers []placedPeer) ([]byte, error) {
-	base, err := os.ReadFile("/etc/hosts")
-	if err != nil && !os.IsNotExist(err) {
-		return nil, fmt.Errorf("read /etc/hosts: %w", err)
-	}
 	var b strings.Builder
-	b.Write(base)
-	if len(base) > 0 && base[len(base)-1] != '\n' {
+	if err := imagefile.Lines("/etc/hosts", maxHostsFile, func(line string) {
+		b.WriteString(line)
 		b.WriteByte('\n')
+	}); err != nil {
+		return nil, err
 	}
 	for _, p := range peers {
 		fmt.Fprintf(&b, "%s\t%s\n", p.Addr.Addr(), p.Name)
@@ -155,6 +184,9 @@ func (d *Daemon) startEgress(ctx context.Context, peers []placedPeer) (*egressRu
 		}
 		resolver = snap
 	}
+	if err := resolvePeers(ctx, resolver, peers); err != nil {
+		return nil, err
+	}
 	template := egress.Proxy{
 		Resolver: resolver,
 		Audit:    audit,
@@ -216,10 +248,10 @@ func (d *Daemon) startEgress(ctx context.Context, peers []placedPeer) (*egressRu
 	serve("visitor proxy", func() error { return rt.visitor.Serve(ctx, vln) })
 	i++
 	for _, p := range peers {
-		ln, target := lns[i], p.Target
+		ln, target := lns[i], p.Dial
 		i++
 		serve("peer "+p.Name, func() error { return egress.ServePeer(ctx, ln, target, nil) })
-		d.log.Info("peer offered", "name", p.Name, "inside", p.Addr.String(), "target", target)
+		d.log.Info("peer offered", "name", p.Name, "inside", p.Addr.String(), "target", p.Target, "dials", target.String())
 	}
 	d.log.Info("network ready", "agent", string(d.cfg.Network.Agent.Mode), "verifier", string(d.cfg.Network.Verifier.Mode), "peers", len(peers))
 	return rt, nil

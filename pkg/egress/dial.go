@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 )
 
 // refusal is a request the policy refuses (403) or could not carry out (502).
@@ -65,12 +66,18 @@ func (s *Proxy) connect(ctx context.Context, pol Policy, host string, port uint1
 
 // resolve returns host's addresses; an IP literal is its own answer.
 func (s *Proxy) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	return lookup(ctx, s.Resolver, s.DNSTimeout, host)
+}
+
+// lookup resolves host with r, each try bounded by timeout; an address
+// literal is itself.
+func lookup(ctx context.Context, r Resolver, timeout time.Duration, host string) ([]netip.Addr, error) {
 	if a, err := netip.ParseAddr(host); err == nil {
 		return []netip.Addr{a}, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.DNSTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	addrs, err := s.Resolver.LookupNetIP(ctx, "ip", host)
+	addrs, err := r.LookupNetIP(ctx, "ip", host)
 	if err != nil {
 		return nil, fmt.Errorf("resolve %s: %w", host, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -36,7 +37,7 @@ func TestLesson38_HalfClose(t *testing.T) {
 	srv := halfCloseServer(t)
 	proxy := startProxy(t, &Proxy{Policy: publicLoopback(), Resolver: resolverOf("up.test", "127.0.0.1")})
 	peer := serveOn(t, func(ctx context.Context, ln net.Listener) error {
-		return ServePeer(ctx, ln, srv.addr, nil)
+		return ServePeer(ctx, ln, netip.MustParseAddrPort(srv.addr), nil)
 	})
 	for _, via := range []string{"connect", "peer"} {
 		t.Run(via, func(t *testing.T) {
@@ -130,7 +131,7 @@ func TestTunnelIdleTimeout(t *testing.T) {
 func TestPeerTargetDown(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	target := ln.Addr().String()
+	target := netip.MustParseAddrPort(ln.Addr().String())
 	ln.Close()
 	peer := serveOn(t, func(ctx context.Context, ln net.Listener) error { return ServePeer(ctx, ln, target, nil) })
 	c, err := net.Dial("tcp", peer)
