@@ -29,7 +29,10 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 	}
 	user := d.agent
 	if req.User != "" {
-		u, err := idmap.Lookup("/", req.User)
+		// The sandbox's passwd as it is now, resolved in the sandbox's
+		// view: the agent may have added the user, and its links must not
+		// lead into the daemon's.
+		u, err := idmap.Lookup(fmt.Sprintf("/proc/%d/root", d.holder.PID), req.User)
 		if err != nil {
 			fail(125, "%v", err)
 			return
