@@ -34,8 +34,9 @@ var ErrNotRegular = errors.New("not a regular file")
 // Root is a directory held open (O_PATH) that names are resolved under, as a
 // process whose root it is would resolve them.
 type Root struct {
-	fd  int
-	dir string
+	fd      int
+	dir     string
+	resolve uint64 // openat2's resolve flags for every name under the root
 }
 
 // OpenRoot holds dir as a root: "/" for the daemon's own view,
@@ -45,7 +46,20 @@ func OpenRoot(dir string) (*Root, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open root %s: %w", dir, err)
 	}
-	return &Root{fd: fd, dir: dir}, nil
+	return &Root{fd: fd, dir: dir, resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}, nil
+}
+
+// Beneath holds a copy of dirfd (dir names it in messages) as a root under
+// which no symlink is followed at all and nothing is reached outside it:
+// for a directory whose every entry the agent's code may have made, such as
+// the verdict directory the verifier writes, where no link of its has a
+// meaning worth following.
+func Beneath(dirfd int, dir string) (*Root, error) {
+	fd, err := unix.FcntlInt(uintptr(dirfd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("hold %s: %w", dir, err)
+	}
+	return &Root{fd: fd, dir: dir, resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}, nil
 }
 
 // Fd is the root's descriptor, for other opens that must resolve under it
@@ -62,11 +76,12 @@ func (r *Root) Close() error { return unix.Close(r.fd) }
 const maxRetries = 16
 
 // openat opens name under r: RESOLVE_IN_ROOT keeps every symlink (and "..")
-// inside the root, RESOLVE_NO_MAGICLINKS refuses /proc/*/fd/N and the like.
+// inside the root, RESOLVE_NO_MAGICLINKS refuses /proc/*/fd/N and the like
+// (a Beneath root follows no symlink at all).
 func (r *Root) openat(name string, flags int) (int, error) {
 	how := &unix.OpenHow{
 		Flags:   uint64(flags | unix.O_CLOEXEC),
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+		Resolve: r.resolve,
 	}
 	for i := 0; ; i++ {
 		fd, err := unix.Openat2(r.fd, name, how)
@@ -100,6 +115,29 @@ func (r *Root) open(name string) (*os.File, error) {
 // path names name under r for messages.
 func (r *Root) path(name string) string {
 	return filepath.Join(r.dir, name)
+}
+
+// ErrTooLarge is the answer for a regular file larger than the caller's
+// limit, which [Root.ReadFile] does not cut short.
+var ErrTooLarge = errors.New("larger than the limit")
+
+// ReadFile reads the whole regular file name under r if it holds at most
+// limit bytes, also when it grows while being read; a larger one is
+// ErrTooLarge.
+func (r *Root) ReadFile(name string, limit int64) ([]byte, error) {
+	f, err := r.open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", f.Name(), err)
+	}
+	if int64(len(b)) > limit {
+		return nil, &os.PathError{Op: "read", Path: f.Name(), Err: fmt.Errorf("%w of %d bytes", ErrTooLarge, limit)}
+	}
+	return b, nil
 }
 
 // Lines calls fn with each line of the regular file name under r, reading

@@ -7,15 +7,18 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/imagefile"
+	"github.com/sandboxd/sandboxd/pkg/visit"
 )
 
-// The reward files, as Harbor reads them: reward.json wins over reward.txt.
+// The reward files, as Harbor reads them: reward.json wins over reward.txt,
+// in what the verifier sees as visit.VerdictDir.
 const (
 	rewardJSON = "reward.json"
 	rewardTxt  = "reward.txt"
@@ -32,13 +35,24 @@ var errEmpty = errors.New("is empty")
 // no_reward; anything unusable is verifier_error with a message that names
 // the file and the problem.
 func readReward(dirfd int) (map[string]float64, Status, string) {
+	// The verifier owns the directory and runs what the agent built: no
+	// symlink of its is followed, a FIFO never blocks, a huge file is not read.
+	dir, err := imagefile.Beneath(dirfd, visit.VerdictDir)
+	if err != nil {
+		return nil, StatusError, fmt.Sprintf("read %s: %v", visit.VerdictDir, err)
+	}
+	defer dir.Close()
 	for _, name := range []string{rewardJSON, rewardTxt} {
-		data, err := readRegular(dirfd, name, maxRewardSize)
-		if errors.Is(err, unix.ENOENT) {
+		data, err := dir.ReadFile(name, maxRewardSize)
+		switch {
+		case errors.Is(err, unix.ENOENT):
 			continue
-		}
-		if err != nil {
-			return nil, StatusError, fmt.Sprintf("read /logs/verifier/%s: %v", name, err)
+		case errors.Is(err, unix.ELOOP):
+			return nil, StatusError, fmt.Sprintf("%s/%s is a symlink; the verifier must write a regular file", visit.VerdictDir, name)
+		case errors.Is(err, imagefile.ErrTooLarge):
+			return nil, StatusError, fmt.Sprintf("%s/%s is more than the %d bytes a reward may take", visit.VerdictDir, name, maxRewardSize)
+		case err != nil:
+			return nil, StatusError, fmt.Sprintf("read %s/%s: %v", visit.VerdictDir, name, err)
 		}
 		parse := parseRewardTxt
 		if name == rewardJSON {
@@ -47,46 +61,13 @@ func readReward(dirfd int) (map[string]float64, Status, string) {
 		r, err := parse(data)
 		switch {
 		case errors.Is(err, errEmpty):
-			return nil, StatusNoReward, fmt.Sprintf("/logs/verifier/%s %v: the verifier wrote no reward", name, err)
+			return nil, StatusNoReward, fmt.Sprintf("%s/%s %v: the verifier wrote no reward", visit.VerdictDir, name, err)
 		case err != nil:
-			return nil, StatusError, fmt.Sprintf("/logs/verifier/%s: %v", name, err)
+			return nil, StatusError, fmt.Sprintf("%s/%s: %v", visit.VerdictDir, name, err)
 		}
 		return r, StatusGraded, ""
 	}
-	return nil, StatusNoReward, "the verifier left neither /logs/verifier/reward.json nor /logs/verifier/reward.txt"
-}
-
-// readRegular reads name in dirfd if it is a regular file of at most limit
-// bytes. It never follows a symlink and never blocks on a FIFO: the verifier
-// owns the directory and runs what the agent built.
-func readRegular(dirfd int, name string, limit int64) ([]byte, error) {
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err == unix.ELOOP {
-		return nil, errors.New("is a symlink; the verifier must write a regular file")
-	}
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(fd), name)
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("is not a regular file (%s)", st.Mode().Type())
-	}
-	if st.Size() > limit {
-		return nil, fmt.Errorf("is %d bytes, more than the %d a reward may take", st.Size(), limit)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("grew past the %d bytes a reward may take", limit)
-	}
-	return b, nil
+	return nil, StatusNoReward, "the verifier left neither " + visit.VerdictDir + "/" + rewardJSON + " nor " + visit.VerdictDir + "/" + rewardTxt
 }
 
 // parseRewardTxt reads one finite number, surrounded by any white space.
