@@ -3,7 +3,8 @@
 # 0.4.1, util-linux 2.36: no --clearenv, no nsenter --wdns) and bookworm
 # (bwrap 0.8), each with Docker's default capability set and the documented
 # security options only — what full root on a bare host would hide
-# (lesson 61). Base images come from images/base.sh (cached).
+# (docs/failures.md#tests-run-under-docker-default-capabilities-too). Base
+# images come from images/base.sh (cached).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,7 +19,12 @@ done
 # python3, redis, git, pip, go); they run on the host in `make test`. The
 # container runs are about the sandbox itself on bwrap 0.4.1 and 0.8 under
 # Docker's default capabilities.
-skip='TestClients_|TestTrial_|TestEgress_|TestLesson3[03456]_|TestDirectConnectionsFail|TestLesson4[35]_'
+skip='TestClients_|TestTrial_|TestEgress_|TestDirectConnectionsFail'
+skip+='|TestPublicStillRefusesLoopbackUpstream|TestVerifierInstallsThroughItsOwnAllowlist'
+skip+='|TestAgentCannotUseOrTakeVisitorPort|TestPeerReachedByNameWithRedisCLI|TestNoNetworkHasNoProxy'
+skip+='|TestAgentServerAnswersVerifier|TestAgentProcessesStayAliveDuringGrading'
+skip+='|TestNoNetworkVerifierCanChownAndReachLoopback'
+skip+='|TestLesson3[03456]_|TestLesson43_' # internal/daemon's, until renamed as above
 
 status=0
 for suite in ${SANDBOXD_SUITES:-bullseye bookworm}; do

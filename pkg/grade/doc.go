@@ -32,8 +32,8 @@
 //
 // A verifier that timed out, could not run, or left no finite reward is an
 // error with a code of its own, never a reward of 0.0 that reads as the
-// agent's failure (lesson 42). `sandboxd grade` and `sandboxd trial` exit with
-// Status.ExitCode:
+// agent's failure (docs/failures.md#timeout-or-missing-reward-is-never-a-zero).
+// `sandboxd grade` and `sandboxd trial` exit with Status.ExitCode:
 //
 //	0    graded            a finite reward was read (test.sh's own exit code is reported, not used)
 //	3    no_reward         the verifier finished but left no reward (no file, or an empty one)

@@ -15,9 +15,9 @@ import (
 )
 
 // Every path below is opened with package beneath and every change is made
-// through a descriptor (lesson 40): the verdict directory belongs to the
-// verifier, which runs the agent's code, and the shared filesystem belongs
-// to the agent.
+// through a descriptor (docs/failures.md#grading-never-follows-symlinks): the
+// verdict directory belongs to the verifier, which runs the agent's code, and
+// the shared filesystem belongs to the agent.
 
 // owner is who the copy is handed to: the verifier's uid and gid.
 type owner struct{ uid, gid int }
@@ -46,7 +46,9 @@ func copyTree(srcfd, dstfd int, own owner, rel string, log *slog.Logger) error {
 			}
 		case unix.S_IFREG:
 			if relName == "tests/test.sh" {
-				mode |= 0o111 // Harbor chmods test.sh +x as root before running it (lesson 63)
+				// Harbor chmods test.sh +x as root before running it
+				// (docs/failures.md#non-executable-test-script-still-runs).
+				mode |= 0o111
 			}
 			if err := copyFile(srcfd, dstfd, name, mode, own, relName); err != nil {
 				return err

@@ -28,10 +28,11 @@ type Config struct {
 	Tests      string      // the task's tests directory to copy (the baked <harness>/tasks/<name>/tests)
 	User       idmap.User  // the verifier's user
 	// Env is the verifier's exact environment: the image's ENV +
-	// environment.env + verifier.env, never agent.env (lesson 18), plus the
-	// visitor proxy's variables when its policy lets anything out.
+	// environment.env + verifier.env, never agent.env
+	// (docs/failures.md#verifier-environment-is-its-own), plus the visitor
+	// proxy's variables when its policy lets anything out.
 	Env     []string
-	Workdir string        // where test.sh runs: the task's or image's workdir (lesson 44); "" = /
+	Workdir string        // where test.sh runs: the task's or image's workdir (docs/failures.md#test-script-runs-in-the-workdir); "" = /
 	Timeout time.Duration // the verifier's timeout; 0 = Harbor's default (task.DefaultVerifierTimeout)
 	// Mask lists more paths the verifier must not see, beside the harness
 	// dir (always masked but for the two binds) and every other marked
@@ -52,8 +53,9 @@ type Config struct {
 
 // Run grades the sandbox once: it copies the tests and makes a verdict
 // directory under a fresh <HarnessDir>/grade/<n>, runs /tests/test.sh as a
-// visitor, and reads the reward. Agent processes are left running (lesson
-// 43). Run always returns a verdict with its Status set; a non-nil error
+// visitor, and reads the reward. Agent processes are left running
+// (docs/failures.md#verifier-sees-agent-servers). Run always returns a verdict
+// with its Status set; a non-nil error
 // means that sandboxd itself failed (the verdict then says verifier_error
 // with the same message, and the CLI exits ExitInternal).
 func Run(ctx context.Context, cfg Config) (Verdict, error) {
@@ -188,7 +190,8 @@ func prepare(cfg Config, log *slog.Logger) (*workspace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("grade: list %s/grade: %w", cfg.HarnessDir, err)
 	}
-	// Mkdir is the claim: two gradings at once never share a directory (lesson 46).
+	// Mkdir is the claim: two gradings at once never share a directory
+	// (docs/failures.md#concurrent-visitors-share-nothing).
 	n := nextNumber(names)
 	for ; ; n++ {
 		err := unix.Mkdirat(gfd, strconv.Itoa(n), 0o700)

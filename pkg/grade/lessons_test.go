@@ -56,7 +56,10 @@ func sharedDir(t *testing.T) string {
 	return dir
 }
 
-func TestLesson40_LchownDoesNotFollowPlantedSymlink(t *testing.T) {
+// Symlinks planted in the tests, in the verdict directory and in the logs
+// directory redirect no chown and no write
+// (docs/failures.md#grading-never-follows-symlinks).
+func TestChownDoesNotFollowPlantedSymlinks(t *testing.T) {
 	testsLeftAsFound(t)
 	w := newWorld(t)
 	victimDir := t.TempDir()
@@ -100,7 +103,9 @@ echo 0 > /logs/verifier/reward.txt
 	assert.True(t, os.IsNotExist(err), "a symlink the verifier planted is not copied out")
 }
 
-func TestLesson41_BackgroundChildHoldingStdoutDoesNotHang(t *testing.T) {
+// Background children that keep test.sh's stdout open do not hold up
+// grading (docs/failures.md#verifier-ends-when-its-leader-exits).
+func TestBackgroundChildHoldingStdoutDoesNotHangGrading(t *testing.T) {
 	testsLeftAsFound(t)
 	w := newWorld(t)
 	tests := w.tests(t, "#!/bin/bash\nsleep 300 &\nnohup sleep 301 &\necho started children\necho 1 > /logs/verifier/reward.txt\n", nil)
@@ -111,7 +116,10 @@ func TestLesson41_BackgroundChildHoldingStdoutDoesNotHang(t *testing.T) {
 	assert.Contains(t, v.StdoutTail, "started children")
 }
 
-func TestLesson42_TimeoutIsAnErrorNotZero(t *testing.T) {
+// A verifier past its timeout is verifier_timeout with no reward, never 0.0;
+// its whole tree is killed and what it printed is kept
+// (docs/failures.md#timeout-or-missing-reward-is-never-a-zero).
+func TestVerifierTimeoutIsAnErrorNotZero(t *testing.T) {
 	testsLeftAsFound(t)
 	w := newWorld(t)
 	shared := sharedDir(t)
@@ -145,7 +153,9 @@ sleep 302
 	assert.Contains(t, string(b), "printed before the deadline", "output before the deadline is kept")
 }
 
-func TestLesson42_NoRewardIsAnError(t *testing.T) {
+// A verifier that leaves no reward, or an empty one, is no_reward, never 0.0
+// (docs/failures.md#timeout-or-missing-reward-is-never-a-zero).
+func TestNoRewardIsAnErrorNotZero(t *testing.T) {
 	testsLeftAsFound(t)
 	w := newWorld(t)
 	v := w.grade(t, w.config(t, w.tests(t, "#!/bin/sh\necho nothing to say\n", nil)))
@@ -188,7 +198,9 @@ EOF
 `, port)
 }
 
-func TestLesson43_AgentProcessesAliveDuringGrading(t *testing.T) {
+// The agent's server answers the verifier, and grading kills nothing of the
+// agent's (docs/failures.md#verifier-sees-agent-servers).
+func TestAgentProcessesStayAliveDuringGrading(t *testing.T) {
 	testsLeftAsFound(t)
 	w := newWorld(t)
 	startAgentServer(t, w, 6665)
@@ -205,7 +217,9 @@ func TestLesson43_AgentProcessesAliveDuringGrading(t *testing.T) {
 	assert.Equal(t, 0, r.Code, "the agent's server died with grading")
 }
 
-func TestLesson44_TestShRunsInWorkdir(t *testing.T) {
+// test.sh runs in the task's workdir, and a missing workdir is a verifier
+// error (docs/failures.md#test-script-runs-in-the-workdir).
+func TestTestShRunsInWorkdir(t *testing.T) {
 	testsLeftAsFound(t)
 	w := newWorld(t)
 	cfg := w.config(t, w.tests(t, `#!/bin/bash
@@ -226,7 +240,10 @@ cat answer.txt | grep -q 42 && echo 1 > /logs/verifier/reward.txt
 	assert.Contains(t, v.Message, "missing")
 }
 
-func TestLesson45_NoNetworkVerifierCanChownAndReachLoopback(t *testing.T) {
+// A no-network verifier keeps the full id map and the sandbox's loopback, and
+// reaches nothing else
+// (docs/failures.md#no-network-verifier-keeps-chown-and-loopback).
+func TestNoNetworkVerifierCanChownAndReachLoopback(t *testing.T) {
 	testsLeftAsFound(t)
 	w := newWorld(t)
 	startAgentServer(t, w, 8000)
@@ -247,7 +264,9 @@ echo 1 > /logs/verifier/reward.txt
 	assert.Equal(t, map[string]float64{"reward": 1}, v.Reward)
 }
 
-func TestLesson60_LeftoverChildrenKilled(t *testing.T) {
+// Whatever test.sh leaves behind, however detached, ends with grading
+// (docs/failures.md#verifier-children-end-with-it).
+func TestVerifierLeftoverChildrenKilled(t *testing.T) {
 	testsLeftAsFound(t)
 	w := newWorld(t)
 	shared := sharedDir(t)
@@ -269,7 +288,10 @@ echo 1 > /logs/verifier/reward.txt
 	}
 }
 
-func TestLesson63_NonExecutableTestShRuns(t *testing.T) {
+// A test.sh without the execute bit runs, as under Harbor, and the task's own
+// copy is left as it was
+// (docs/failures.md#non-executable-test-script-still-runs).
+func TestNonExecutableTestShRuns(t *testing.T) {
 	testsLeftAsFound(t)
 	w := newWorld(t)
 	tests := w.tests(t, "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n", nil)
@@ -281,7 +303,9 @@ func TestLesson63_NonExecutableTestShRuns(t *testing.T) {
 	assert.Equal(t, os.FileMode(0o644), fi.Mode().Perm(), "the task's own copy is not modified")
 }
 
-func TestLesson18_VerifierEnvIsExactlyWhatWasGiven(t *testing.T) {
+// The verifier's environment is exactly the one given, names that look
+// internal included (docs/failures.md#verifier-environment-is-its-own).
+func TestVerifierEnvIsExactlyWhatWasGiven(t *testing.T) {
 	testsLeftAsFound(t)
 	w := newWorld(t)
 	cfg := w.config(t, w.tests(t, "#!/bin/sh\ntr '\\0' '\\n' < /proc/$$/environ > /logs/verifier/env.txt\necho 1 > /logs/verifier/reward.txt\n", nil))
@@ -473,7 +497,9 @@ echo 1 > /logs/verifier/reward.txt
 	}
 }
 
-func TestLesson46_ConcurrentGradingsShareNothing(t *testing.T) {
+// Gradings at once each get their own tests and verdict directory
+// (docs/failures.md#concurrent-visitors-share-nothing).
+func TestConcurrentGradingsShareNothing(t *testing.T) {
 	testsLeftAsFound(t)
 	w := newWorld(t)
 	const n = 4

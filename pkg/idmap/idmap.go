@@ -2,9 +2,11 @@
 // `user[:group]` the way Docker does.
 //
 // The sandbox's user namespace gets an identity map over the container's whole
-// id space (lessons 8 and 49): a fixed `0 0 65536` breaks under userns-remap and
-// rootless runtimes, and a single-id map makes every image file owned by
-// nobody and dropping to the task's user impossible.
+// id space: a fixed `0 0 65536` breaks under userns-remap and rootless
+// runtimes, a single-id map makes every image file owned by nobody and
+// dropping to the task's user impossible, and a map without the ids bwrap runs
+// as fails outright (docs/failures.md#identity-map-copies-the-extents-of-the-container,
+// docs/failures.md#identity-map-includes-the-ids-bwrap-runs-as).
 package idmap
 
 import (
@@ -100,7 +102,8 @@ func (m Map) String() string {
 }
 
 // Write installs uid and gid maps for the user namespace of pid. Each map
-// file takes exactly one write (lesson 49), so each is written whole, once.
+// file takes exactly one write, so each is written whole, once
+// (docs/failures.md#identity-map-includes-the-ids-bwrap-runs-as).
 // setgroups is left at "allow" so that the session's user can get its
 // supplementary groups.
 func Write(pid int, uid, gid Map) error {

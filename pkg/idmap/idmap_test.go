@@ -11,8 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Lesson 8: the identity map copies the container's own extents, whatever they are.
-func TestLesson8_IdentityCopiesOwnExtents(t *testing.T) {
+// The identity map copies the container's own extents, whatever they are
+// (docs/failures.md#identity-map-copies-the-extents-of-the-container).
+func TestIdentityCopiesOwnExtents(t *testing.T) {
 	tests := []struct {
 		name, own, want string
 	}{
@@ -29,8 +30,9 @@ func TestLesson8_IdentityCopiesOwnExtents(t *testing.T) {
 	}
 }
 
-// Lesson 49: the map must include bwrap's own euid/egid.
-func TestLesson49_IdentityContainsOwnIDs(t *testing.T) {
+// The map must include the euid and egid bwrap runs as
+// (docs/failures.md#identity-map-includes-the-ids-bwrap-runs-as).
+func TestIdentityContainsOwnIDs(t *testing.T) {
 	m, err := Own("uid")
 	require.NoError(t, err)
 	assert.True(t, m.Identity().Contains(uint32(os.Geteuid())))
@@ -58,8 +60,9 @@ func writeEtc(t *testing.T) string {
 	return root
 }
 
-// Lesson 15: `user:group` resolves like Docker does.
-func TestLesson15_UserGroupLikeDocker(t *testing.T) {
+// `user:group` resolves like Docker does
+// (docs/failures.md#user-and-group-resolve-like-docker).
+func TestUserGroupResolvesLikeDocker(t *testing.T) {
 	root := writeEtc(t)
 	tests := []struct {
 		spec       string

@@ -43,7 +43,8 @@ type groupEntry struct {
 // sandbox's view later, where the agent's links must not lead outside:
 //   - "" is root;
 //   - a name is its passwd entry with its primary group;
-//   - a bare uid uses its passwd entry when there is one, else gid 0 (lesson 15);
+//   - a bare uid uses its passwd entry when there is one, else gid 0
+//     (docs/failures.md#user-and-group-resolve-like-docker);
 //   - a group is a group name or a bare gid.
 //
 // Supplementary groups are those whose member list names the user.

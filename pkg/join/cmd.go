@@ -159,7 +159,8 @@ func (c *Cmd) Start() error {
 		syscall.ForkLock.Unlock()
 	}
 	if c.Pdeathsig != 0 {
-		// The signal fires when the forking *thread* ends (lesson 58).
+		// The signal fires when the forking *thread* ends
+		// (docs/failures.md#holder-outlives-its-starting-thread).
 		forkthread.Do(fork)
 	} else {
 		fork()

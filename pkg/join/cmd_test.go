@@ -58,11 +58,14 @@ func assertNamespaces(t *testing.T, out string, pid int, kinds ...string) {
 	}
 }
 
-// Lessons 39, 6, 50 and 10 (and the dynamic-helper escape): a joined
-// process is this binary, run from the sealed copy pinned at start, in
-// exactly the holder's namespaces, with PATH and its role as its whole
+// A joined process is this binary, run from the sealed copy pinned at start,
+// in exactly the holder's namespaces, with PATH and its role as its whole
 // environment. No nsenter, no loader, no library from the filesystem the
-// agent shares is involved.
+// agent shares is involved (the dynamic-helper escape). It pins
+// docs/failures.md#root-helpers-run-nothing-the-agent-wrote,
+// docs/failures.md#one-decision-on-owning-the-network-namespace,
+// docs/failures.md#sockets-inside-come-from-a-helper and
+// docs/failures.md#helpers-and-pid-1-start-with-path-only.
 func TestJoinedProcessIsThePinnedBinaryInTheHoldersNamespaces(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
 	require.NoError(t, join.Pin())
@@ -123,9 +126,10 @@ func init() {
 	})
 }
 
-// Lesson 55: a copy forked into the sandbox's pid namespace shows the
-// daemon's command line until it execs; the daemon's names nothing.
-func TestLesson55_CommandLineNamesNothing(t *testing.T) {
+// A copy forked into the sandbox's pid namespace shows the daemon's command
+// line until it execs; the daemon's names nothing
+// (docs/failures.md#nothing-inside-names-the-harness).
+func TestBlankedCommandLineNamesNothing(t *testing.T) {
 	cmd := exec.Command("/proc/self/exe", "serve", "--harness-dir", "/media/sandboxd-secret", "--task", "secret-task")
 	cmd.Env = childproc.Environ(roleBlank)
 	out, err := cmd.CombinedOutput()

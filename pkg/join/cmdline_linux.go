@@ -12,9 +12,9 @@ import (
 // That area is what /proc/PID/cmdline shows, for the daemon and for each
 // copy it forks into the sandbox's pid namespace until the copy execs: an
 // agent polling /proc would otherwise read the daemon's flags, paths under
-// the harness dir among them (lesson 55). os.Args point into the area, so
-// they are copied out first; call it before anything keeps a string of them
-// (a parsed flag does).
+// the harness dir among them (docs/failures.md#nothing-inside-names-the-harness).
+// os.Args point into the area, so they are copied out first; call it before
+// anything keeps a string of them (a parsed flag does).
 func BlankCommandLine() error {
 	for i := range os.Args {
 		os.Args[i] = strings.Clone(os.Args[i])

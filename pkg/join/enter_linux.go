@@ -24,7 +24,8 @@ import (
 //   - the agent's limits (oom_score_adj, RLIMIT_NPROC for a non-root user);
 //   - supplementary groups, gid, uid; inheritable and ambient sets cleared;
 //   - the working directory, resolved inside the sandbox as the user
-//     (lesson 7), never by the daemon, which would open it in the substrate;
+//     (docs/failures.md#working-directory-resolved-inside-the-sandbox), never
+//     by the daemon, which would open it in the substrate;
 //   - a session keyring of its own;
 //   - execve of each PATH candidate in turn, as execvp does, with exactly
 //     the environment given.
@@ -32,7 +33,7 @@ import (
 // Everything it needs is prepared here, in the daemon, before the fork.
 //
 // Security-sensitive: after any change run, as root,
-// go test ./pkg/join/ ./internal/daemon/ ./test/attack/ -run 'Lesson|Escape|NonRoot|User|Join'.
+// go test ./pkg/join/ ./internal/daemon/ ./test/attack/ -run 'Escape|NonRoot|User|Join|Blanked|Exec|Background|NoHarness|Reaper|Stop|Crash|Workdir|DaemonStaysRoot|VerifierEnv|VerifierInstalls|AgentServer|PublicStill|NoNetworkHasNoProxy|AgentCannot|PeerReached'.
 type enterPlan struct {
 	tty        bool
 	filter     *unix.SockFprog

@@ -18,7 +18,8 @@
 // libc. A root agent can replace any of them or /etc/ld.so.preload; a helper
 // loaded from there would run the agent's code with full capabilities in the
 // sandbox's user namespace (enough to unmount the masks over the harness and
-// the verdict, lessons 39 and 54), or as the container's root.
+// the verdict), or as the container's root
+// (docs/failures.md#root-helpers-run-nothing-the-agent-wrote).
 //
 // WARNING: security-sensitive. After any change run, as root:
 //
@@ -108,8 +109,9 @@ type Spec struct {
 
 // DefaultCaps is Docker's default capability set less CAP_NET_RAW: a root
 // agent owns the sandbox's mount namespace, so CAP_SYS_ADMIN would let it
-// unmount the masks (lesson 54); CAP_NET_RAW and CAP_NET_ADMIN would let it
-// sniff or redirect the verifier's traffic (lesson 14).
+// unmount the masks (docs/failures.md#root-agent-cannot-undo-the-masks);
+// CAP_NET_RAW and CAP_NET_ADMIN would let it sniff or redirect the verifier's
+// traffic (docs/failures.md#no-raw-or-admin-network-capabilities).
 var DefaultCaps = []string{
 	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
 	"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
@@ -124,7 +126,7 @@ const (
 )
 
 // SetupError is a failure before the command ran, reported by the enter
-// child with the reason (lesson 26).
+// child with the reason (docs/failures.md#setup-failures-carry-the-reason).
 type SetupError struct {
 	Code int
 	Msg  string

@@ -17,9 +17,10 @@ import (
 
 // The daemon cannot setns into the sandbox's network namespace (it lacks
 // CAP_SYS_ADMIN over its owner, and a threaded process cannot join the user
-// namespace first: lesson 50). A short-lived child joins the sandbox's user and
-// network namespaces only, makes the sockets there, hands them back over a
-// unix socket (SCM_RIGHTS) and exits. A socket stays in the namespace it was
+// namespace first: docs/failures.md#sockets-inside-come-from-a-helper). A
+// short-lived child joins the sandbox's user and network namespaces only,
+// makes the sockets there, hands them back over a unix socket (SCM_RIGHTS)
+// and exits. A socket stays in the namespace it was
 // made in, and the daemon serves it from any goroutine. The child never enters
 // the sandbox's pid or mount namespace, so the agent never sees it.
 

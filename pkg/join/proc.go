@@ -30,8 +30,9 @@ func Descendants(root int) []int {
 }
 
 // KillTree kills the command and everything it started that is still below
-// it (lesson 47): the tree is frozen first, so nothing forks away while it is
-// being collected, then killed. Processes that already left the tree (a
+// it (docs/failures.md#timeout-kills-the-whole-tree): the tree is frozen
+// first, so nothing forks away while it is being collected, then killed.
+// Processes that already left the tree (a
 // daemon that double-forked on purpose) survive, as they would under Docker.
 func (p *Process) KillTree() {
 	if p.PID <= 0 {

@@ -354,8 +354,8 @@ func (c *Compose) Emit(taskImage string, sidecarImages map[string]string, header
 			env[k] = v
 		}
 	}
-	// Keys come in by value, never by a mounted home (lesson: a shared
-	// ~/.ssh leaks between trials).
+	// Keys come in by value, never by a mounted home: a shared ~/.ssh leaks
+	// between trials (docs/failures.md#key-material-never-inside-the-sandbox).
 	env["SANDBOXD_AUTHORIZED_KEYS"] = "${SANDBOXD_AUTHORIZED_KEYS:?export the agents' public keys}"
 	main["environment"] = env
 	var deps []any

@@ -148,8 +148,9 @@ func (t *Task) EnvironmentEnv() Env { return t.baseEnv }
 func (t *Task) AgentEnv() Env { return t.agentEnv }
 
 // VerifierEnv is environment.env then verifier.env, expanded, in file order.
-// It never contains agent.env (lesson 18): the agent's variables are the
-// agent's, and the verifier must not depend on them.
+// It never contains agent.env (docs/failures.md#verifier-environment-is-its-own):
+// the agent's variables are the agent's, and the verifier must not depend on
+// them.
 func (t *Task) VerifierEnv() Env { return t.verifierEnv }
 
 // SolutionEnv is environment.env then solution.env, expanded, for the oracle

@@ -124,9 +124,10 @@ A = "oracle-a"
 	assert.False(t, ok)
 }
 
-// TestLesson18_VerifierEnvNeverAgentEnv: the verifier gets environment.env +
-// verifier.env and never agent.env, whatever the host or the names.
-func TestLesson18_VerifierEnvNeverAgentEnv(t *testing.T) {
+// TestVerifierEnvNeverIncludesAgentEnv: the verifier gets environment.env +
+// verifier.env and never agent.env, whatever the host or the names
+// (docs/failures.md#verifier-environment-is-its-own).
+func TestVerifierEnvNeverIncludesAgentEnv(t *testing.T) {
 	tests := []struct {
 		name string
 		src  string

@@ -84,7 +84,8 @@ func visitor(_ []string) int {
 
 // runVerifier starts the verifier through the same enter step as a session
 // and waits for the leader only: a background child holding the output open
-// must not hold up grading (lesson 41). Then it ends everything left below us.
+// must not hold up grading (docs/failures.md#verifier-ends-when-its-leader-exits).
+// Then it ends everything left below us.
 func runVerifier(spec join.Spec) Report {
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
