@@ -26,9 +26,11 @@ func runDoctor(ctx context.Context, args []string) int {
 			mark := "ok     "
 			if !c.OK {
 				mark = "MISSING"
+			} else if c.Warn {
+				mark = "WARN   "
 			}
 			fmt.Printf("%s %-28s %s\n", mark, c.Name, c.Detail)
-			if !c.OK && c.Fix != "" {
+			if (!c.OK || c.Warn) && c.Fix != "" {
 				fmt.Printf("        fix: %s\n", c.Fix)
 			}
 		}

@@ -20,10 +20,12 @@ type DoctorConfig struct {
 	AgentUser string
 }
 
-// Check is one requirement and whether it is met.
+// Check is one requirement and whether it is met. A warning is met (serve
+// starts) but names something the agent's programs will miss.
 type Check struct {
 	Name   string `json:"name"`
 	OK     bool   `json:"ok"`
+	Warn   bool   `json:"warn,omitempty"`
 	Detail string `json:"detail,omitempty"`
 	Fix    string `json:"fix,omitempty"`
 }
@@ -123,6 +125,7 @@ func Doctor(ctx context.Context, cfg DoctorConfig) Report {
 	for _, c := range pre {
 		add(c)
 	}
+	add(newSyscalls())
 
 	harness, err := os.MkdirTemp("/media", "sandboxd-doctor-")
 	if err != nil {
