@@ -396,8 +396,8 @@ func bindReadOnly(path string) error {
 	if err == nil {
 		return nil
 	}
-	// ENOSYS before Linux 5.12; EPERM where a seccomp profile predates the
-	// call (Docker 20.10's default, and ours derived from it, deny it).
+	// ENOSYS before Linux 5.12; EPERM where the seccomp profile denies it
+	// (Docker's default does without CAP_SYS_ADMIN, and so does ours).
 	if err != unix.ENOSYS && err != unix.EPERM {
 		return fmt.Errorf("make %s read-only: %w", path, err)
 	}
