@@ -27,7 +27,8 @@ test: build
 	$(MAKE) test-containers
 
 # The sandbox tests again inside bullseye (bwrap 0.4.1) and bookworm (bwrap 0.8)
-# containers with Docker's default capabilities (lesson 61).
+# containers with Docker's default capabilities
+# (docs/failures.md#tests-run-under-docker-default-capabilities-too).
 test-containers: build
 	@scripts/container-tests.sh
 

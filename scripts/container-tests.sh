@@ -24,7 +24,6 @@ skip+='|TestPublicStillRefusesLoopbackUpstream|TestVerifierInstallsThroughItsOwn
 skip+='|TestAgentCannotUseOrTakeVisitorPort|TestPeerReachedByNameWithRedisCLI|TestNoNetworkHasNoProxy'
 skip+='|TestAgentServerAnswersVerifier|TestAgentProcessesStayAliveDuringGrading'
 skip+='|TestNoNetworkVerifierCanChownAndReachLoopback'
-skip+='|TestLesson3[03456]_|TestLesson43_' # internal/daemon's, until renamed as above
 
 status=0
 for suite in ${SANDBOXD_SUITES:-bullseye bookworm}; do

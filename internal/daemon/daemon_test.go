@@ -127,17 +127,19 @@ func TestExecExitCodesAndStreams(t *testing.T) {
 	assert.Equal(t, 128+15, r.exit.Code)
 }
 
-// Lesson 25: stdin reaches the command and its EOF too.
-func TestLesson25_StdinEOFPropagated(t *testing.T) {
+// Stdin reaches the command and its EOF too
+// (docs/failures.md#stdin-eof-reaches-the-command).
+func TestExecStdinAndItsEOFReachTheCommand(t *testing.T) {
 	s := serveForTest(t, Config{})
 	r := s.exec(t, control.Request{Argv: []string{"sh", "-c", "cat; echo done"}}, "line one\nline two\n")
 	require.NoError(t, r.err)
 	assert.Equal(t, "line one\nline two\ndone\n", r.stdout)
 }
 
-// Lessons 22 and 47: a timed-out command delivers what it printed before the
-// deadline, and its whole tree is killed.
-func TestLesson22_TimeoutKeepsOutputAndKillsTree(t *testing.T) {
+// A timed-out command delivers what it printed before the deadline, and its
+// whole tree is killed (docs/failures.md#output-streams-and-survives-a-timeout,
+// docs/failures.md#timeout-kills-the-whole-tree).
+func TestExecTimeoutKeepsOutputAndKillsTree(t *testing.T) {
 	s := serveForTest(t, Config{})
 	r := s.exec(t, control.Request{Timeout: "1s", Argv: []string{"sh", "-c",
 		"echo before; (sleep 901 & sleep 902 & wait) & sleep 903 & sleep 30; echo after"}}, "")
@@ -148,17 +150,18 @@ func TestLesson22_TimeoutKeepsOutputAndKillsTree(t *testing.T) {
 	assert.Equal(t, "none\n", r.stdout, "the whole tree of the timed-out command is gone")
 }
 
-// Lesson 3: a process the command backgrounds survives into the next exec.
-func TestLesson3_BackgroundSurvivesIntoNextExec(t *testing.T) {
+// A process the command backgrounds survives into the next exec
+// (docs/failures.md#background-processes-outlive-their-command).
+func TestBackgroundProcessSurvivesIntoNextExec(t *testing.T) {
 	s := serveForTest(t, Config{})
-	r := s.sh(t, "nohup sleep 600 >/dev/null 2>&1 & echo $! > /tmp/lesson3.pid")
+	r := s.sh(t, "nohup sleep 600 >/dev/null 2>&1 & echo $! > /tmp/background.pid")
 	require.Equal(t, 0, r.exit.Code, r.stderr)
-	r = s.sh(t, "kill -0 $(cat /tmp/lesson3.pid) && echo alive")
+	r = s.sh(t, "kill -0 $(cat /tmp/background.pid) && echo alive")
 	assert.Equal(t, "alive\n", r.stdout)
 }
 
-// Lesson 41 for sessions: a background child that keeps stdout does not hold
-// the exec open.
+// A background child that keeps stdout does not hold the exec open: the
+// session side of docs/failures.md#verifier-ends-when-its-leader-exits.
 func TestBackgroundHoldingStdoutDoesNotHang(t *testing.T) {
 	s := serveForTest(t, Config{})
 	start := time.Now()
@@ -169,10 +172,11 @@ func TestBackgroundHoldingStdoutDoesNotHang(t *testing.T) {
 	assert.Less(t, time.Since(start), 10*time.Second)
 }
 
-// Lessons 10, 11 and 59: nothing of the daemon's environment reaches a
-// session, the wrappers, or pid 1; a variable the task declares arrives
-// intact even when its name looks internal.
-func TestLesson11_NoHarnessEnvironmentInSessions(t *testing.T) {
+// Nothing of the daemon's environment reaches a session, the wrappers, or
+// pid 1; a variable the task declares arrives intact even when its name
+// looks internal (docs/failures.md#helpers-and-pid-1-start-with-path-only,
+// docs/failures.md#harness-variables-stay-out-of-sessions).
+func TestNoHarnessEnvironmentInSessions(t *testing.T) {
 	t.Setenv("SANDBOXD_AUTHORIZED_KEYS", "ssh-ed25519 AAAA secret")
 	t.Setenv("LD_PRELOAD", "/nonexistent/preload.so")
 	t.Setenv("HARNESS_TOKEN", "hunter2")
@@ -196,18 +200,20 @@ func TestLesson11_NoHarnessEnvironmentInSessions(t *testing.T) {
 	assert.NotContains(t, string(pid1), "LD_PRELOAD")
 }
 
-// Lesson 17: a non-root agent still gets the image's ENV.
-func TestLesson17_NonRootAgentGetsImageEnv(t *testing.T) {
+// A non-root agent still gets the image's ENV
+// (docs/failures.md#non-root-agent-keeps-the-image-env).
+func TestNonRootAgentGetsImageEnv(t *testing.T) {
 	s := serveForTest(t, Config{AgentUser: "4321:4321", ImageEnv: []string{"PATH=/opt/tool/bin:/usr/bin:/bin", "LANG=C.UTF-8"}})
 	r := s.sh(t, "id -u; echo $PATH; echo $LANG; echo $HOME")
 	require.Equal(t, 0, r.exit.Code, r.stderr)
 	assert.Equal(t, "4321\n/opt/tool/bin:/usr/bin:/bin\nC.UTF-8\n/\n", r.stdout)
 }
 
-// Lesson 24: reaping orphans never steals the exit status a session waits
-// for. serve reaps its children that nothing waits for; as a subreaper, this
-// test gets orphans as a container's PID 1 would.
-func TestLesson24_ReaperDoesNotStealExitStatus(t *testing.T) {
+// Reaping orphans never steals the exit status a session waits for
+// (docs/failures.md#reaper-never-takes-a-session-exit-status). serve reaps
+// its children that nothing waits for; as a subreaper, this test gets
+// orphans as a container's PID 1 would.
+func TestReaperDoesNotStealExitStatus(t *testing.T) {
 	s := serveForTest(t, Config{})
 	require.NoError(t, unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
 	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
@@ -270,9 +276,9 @@ func TestSecondServeOnSameHarnessDirRefused(t *testing.T) {
 	assert.Contains(t, err.Error(), "sandboxd stop")
 }
 
-// Lesson 48: stopping leaves no process of the sandbox behind, and the
-// control socket goes with the daemon.
-func TestLesson48_StopLeavesNothing(t *testing.T) {
+// Stopping leaves no process of the sandbox behind, and the control socket
+// goes with the daemon (docs/failures.md#stop-leaves-nothing-behind).
+func TestStopLeavesNothing(t *testing.T) {
 	s := serveForTest(t, Config{})
 	require.Equal(t, 0, s.sh(t, "nohup sleep 777 >/dev/null 2>&1 &").exit.Code)
 	holder := s.d.holder.PID
@@ -292,9 +298,10 @@ func TestLesson48_StopLeavesNothing(t *testing.T) {
 	assert.True(t, os.IsNotExist(err), "the control socket exists only while the sandbox is ready")
 }
 
-// Lesson 48: a serve killed with SIGKILL takes its sandbox with it, and the
-// next serve on the same harness dir starts cleanly.
-func TestLesson48_CrashThenCleanRestart(t *testing.T) {
+// A serve killed with SIGKILL takes its sandbox with it, and the next serve
+// on the same harness dir starts cleanly
+// (docs/failures.md#stop-leaves-nothing-behind).
+func TestCrashThenCleanRestart(t *testing.T) {
 	sandboxtest.RequireRoot(t)
 	harness := sandboxtest.HarnessDir(t)
 	self, err := os.Executable()
@@ -381,10 +388,13 @@ func TestAgentProcessLimitAndOOMScore(t *testing.T) {
 	assert.NotEmpty(t, st.Limits.Cgroup)
 }
 
-// Lessons 48 and 56 for limits. Where a cgroup can be made (a bare host; a container whose engine
+// Where a cgroup can be made (a bare host; a container whose engine
 // delegates its cgroups), the agent's processes are in one with the task's
 // limits and the pid limit, which stops a root agent too; where none can
-// (a plain Docker container), status says why.
+// (a plain Docker container), status says why. The read-only /sys and the
+// cleanup at stop hold for the group too
+// (docs/failures.md#kernel-settings-stay-read-only,
+// docs/failures.md#stop-leaves-nothing-behind).
 func TestAgentCgroup(t *testing.T) {
 	dir := taskDir(t, "[environment]\nmemory_mb = 512\ncpus = 1.5\n", "echo 1 > /logs/verifier/reward.txt")
 	s := serveTask(t, dir, Config{AgentMaxProcs: 40})
@@ -399,8 +409,9 @@ func TestAgentCgroup(t *testing.T) {
 	require.Equal(t, 0, r.exit.Code, r.stderr)
 	assert.Contains(t, r.stdout, fmt.Sprintf("sandboxd-agent-%d", s.d.holder.PID), "a session is in the agent's cgroup")
 
-	// Lesson 56: /sys is read-only inside, so a root agent can neither lift
-	// its limits nor move itself out of the group.
+	// /sys is read-only inside, so a root agent can neither lift its limits
+	// nor move itself out of the group
+	// (docs/failures.md#kernel-settings-stay-read-only).
 	r = s.sh(t, `for f in $(find /sys/fs/cgroup -name pids.max -o -name memory.limit_in_bytes -o -name memory.max -o -name cgroup.procs 2>/dev/null | head -200); do
   echo tried
   case $f in *cgroup.procs) echo $$ > $f ;; *) echo 1000000 > $f ;; esac 2>/dev/null && echo "WROTE $f"
@@ -415,7 +426,7 @@ done; true`)
 	assert.Greater(t, len(sleeps), 0)
 	assert.Less(t, len(sleeps), 40, "the pid limit stopped a root agent")
 
-	// Lesson 48: the group goes with serve.
+	// The group goes with serve (docs/failures.md#stop-leaves-nothing-behind).
 	group := fmt.Sprintf("sandboxd-agent-%d", s.d.holder.PID)
 	require.NotEmpty(t, cgroupDirs(group))
 	s.cancel()
@@ -480,10 +491,11 @@ func TestDevShmForNonRootAgent(t *testing.T) {
 	assert.NotContains(t, r.stdout, "wrote", "bwrap %s cannot make /dev/shm writable", s.d.holder.Version)
 }
 
-// Lesson 7: the working directory is resolved inside the sandbox, by the
-// joined process: a directory that exists only in the substrate (the
-// harness dir) is refused with the fix, never entered.
-func TestLesson7_WorkdirResolvedInside(t *testing.T) {
+// The working directory is resolved inside the sandbox, by the joined
+// process: a directory that exists only in the substrate (the harness dir)
+// is refused with the fix, never entered
+// (docs/failures.md#working-directory-resolved-inside-the-sandbox).
+func TestWorkdirResolvedInsideTheSandbox(t *testing.T) {
 	s := serveForTest(t, Config{})
 	r := s.exec(t, control.Request{Dir: s.harness + "/run", Argv: []string{"pwd"}}, "")
 	var f *control.Failure

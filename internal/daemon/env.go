@@ -20,8 +20,10 @@ func (d *Daemon) agentEnv(u idmap.User, extra []string) []string {
 // sessionEnv is a session's exact environment: the image's ENV (PATH defaults
 // to Docker's), HOME from the user's passwd entry as Docker sets it, the
 // task's variables for the phase, then the request's own. Nothing of the
-// daemon's environment is in it (lesson 11); a task's variable arrives intact
-// whatever its name (lesson 17: a non-root agent still gets the image's ENV).
+// daemon's environment is in it
+// (docs/failures.md#harness-variables-stay-out-of-sessions); a task's
+// variable arrives intact whatever its name, and a non-root agent still gets
+// the image's ENV (docs/failures.md#non-root-agent-keeps-the-image-env).
 func sessionEnv(image, task []string, u idmap.User, extra []string) []string {
 	var env envList
 	env.set("PATH", bwrap.DefaultPath)

@@ -18,8 +18,9 @@ import (
 var ErrNoTask = errors.New("no task is served")
 
 // Grade runs the task's verifier as a visitor and returns its verdict. The
-// agent's processes keep running (lesson 43). A non-nil error means sandboxd
-// itself failed; the verdict then still says why.
+// agent's processes keep running (docs/failures.md#verifier-sees-agent-servers).
+// A non-nil error means sandboxd itself failed; the verdict then still says
+// why.
 func (d *Daemon) Grade(ctx context.Context, timeout time.Duration) (grade.Verdict, error) {
 	if d.cfg.Tests == "" {
 		return grade.Verdict{}, fmt.Errorf("%w: start serve with --task DIR (or SANDBOXD_TASK) to grade", ErrNoTask)

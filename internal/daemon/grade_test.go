@@ -43,9 +43,10 @@ func gradeNow(t *testing.T, s *served) grade.Verdict {
 	return v
 }
 
-// Lesson 16: the daemon stays root while the agent is not; grading (as the
-// verifier's own user) can still make /tests and its verdict.
-func TestLesson16_DaemonStaysRootPhasesDropOnTheirOwn(t *testing.T) {
+// The daemon stays root while the agent is not; grading (as the verifier's
+// own user) can still make /tests and its verdict
+// (docs/failures.md#daemon-stays-root-each-phase-drops).
+func TestDaemonStaysRootPhasesDropOnTheirOwn(t *testing.T) {
 	work := t.TempDir()
 	require.NoError(t, os.Chmod(work, 0o777))
 	dir := taskDir(t, fmt.Sprintf("[agent]\nuser = \"4321:4321\"\n[environment]\nworkdir = %q\n", work),
@@ -63,9 +64,10 @@ func TestLesson16_DaemonStaysRootPhasesDropOnTheirOwn(t *testing.T) {
 	assert.Equal(t, 0, os.Getuid())
 }
 
-// Lesson 18: the verifier gets image env + environment.env + verifier.env,
-// never agent.env; the agent never gets verifier.env.
-func TestLesson18_VerifierEnvIsItsOwn(t *testing.T) {
+// The verifier gets image env + environment.env + verifier.env, never
+// agent.env; the agent never gets verifier.env
+// (docs/failures.md#verifier-environment-is-its-own).
+func TestVerifierEnvIsItsOwn(t *testing.T) {
 	dir := taskDir(t, `[environment.env]
 SHARED = "env"
 [agent.env]
@@ -88,9 +90,10 @@ VERIFIER_ONLY = "verifier"
 	assert.NotContains(t, string(env), "AGENT_ONLY")
 }
 
-// Lesson 33: the verifier uses its own allowlist, through the visitor port,
-// while the agent had no network at all.
-func TestLesson33_VerifierOwnAllowlist(t *testing.T) {
+// The verifier uses its own allowlist, through the visitor port, while the
+// agent had no network at all
+// (docs/failures.md#verifier-has-its-own-allowlist).
+func TestVerifierInstallsThroughItsOwnAllowlist(t *testing.T) {
 	port := upstream(t, "tool-binary")
 	dir := taskDir(t, `[agent]
 network_mode = "no-network"
@@ -106,9 +109,9 @@ allowed_hosts = ["tools.test"]
 	assert.Equal(t, map[string]float64{"reward": 1}, v.Reward, v.StdoutTail)
 }
 
-// Lesson 43: the agent's server is alive while the verifier runs and
-// answers it on the sandbox's loopback.
-func TestLesson43_AgentServerAnswersVerifier(t *testing.T) {
+// The agent's server is alive while the verifier runs and answers it on the
+// sandbox's loopback (docs/failures.md#verifier-sees-agent-servers).
+func TestAgentServerAnswersVerifier(t *testing.T) {
 	dir := taskDir(t, "", `exec 3<>/dev/tcp/127.0.0.1/6665 && echo ping >&3 && read -r line <&3 && [ "$line" = pong ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt`)
 	s := serveTask(t, dir, Config{})
 	r := s.exec(t, execPython(`

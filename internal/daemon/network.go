@@ -105,8 +105,8 @@ func placePeers(peers []Peer) ([]placedPeer, error) {
 // copy takes.
 const maxHostsFile = 16 << 20
 
-// hostsFile is the substrate's hosts file plus one line per peer (lesson 35:
-// added to, never replacing it).
+// hostsFile is the substrate's hosts file plus one line per peer: added to,
+// never replacing it (docs/failures.md#peers-listed-one-by-one).
 func hostsFile(peers []placedPeer) ([]byte, error) {
 	var b strings.Builder
 	if err := imagefile.Lines("/etc/hosts", maxHostsFile, func(line string) {
@@ -157,7 +157,8 @@ type egressRuntime struct {
 }
 
 // startEgress makes the listeners inside the sandbox — before any session can
-// start, so the first connection is never refused (lesson 37) — and serves
+// start, so the first connection is never refused
+// (docs/failures.md#listeners-ready-before-the-first-session) — and serves
 // them from the substrate until ctx ends.
 func (d *Daemon) startEgress(ctx context.Context, peers []placedPeer) (*egressRuntime, error) {
 	rt := &egressRuntime{peers: peers}

@@ -47,7 +47,8 @@ func requireTool(t *testing.T, name string) {
 var loopbackOnly = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 
 // The allowlist agent reaches its one host through the proxy with a real
-// curl and is refused another; plain HTTP is filtered like CONNECT (lesson 32).
+// curl and is refused another; plain HTTP is filtered like CONNECT
+// (docs/failures.md#plain-http-filtered-like-connect).
 func TestEgress_AllowlistWithRealCurl(t *testing.T) {
 	requireTool(t, "curl")
 	port := upstream(t, "hello from upstream")
@@ -67,9 +68,10 @@ func TestEgress_AllowlistWithRealCurl(t *testing.T) {
 	assert.Equal(t, "X-Proxy-Error: blocked-by-allowlist\n", r.stdout)
 }
 
-// Lesson 30: non-global addresses are refused under public too, unless a
-// range is opened deliberately.
-func TestLesson30_PublicStillRefusesLoopbackUpstream(t *testing.T) {
+// Non-global addresses are refused under public too, unless a range is
+// opened deliberately
+// (docs/failures.md#non-global-destinations-refused-even-under-public).
+func TestPublicStillRefusesLoopbackUpstream(t *testing.T) {
 	requireTool(t, "curl")
 	port := upstream(t, "should not be reached")
 	s := serveForTest(t, Config{
@@ -85,9 +87,9 @@ func TestLesson30_PublicStillRefusesLoopbackUpstream(t *testing.T) {
 	assert.Equal(t, "403", r.stdout, "the proxy refuses the substrate's loopback by address")
 }
 
-// Lesson 36: under no-network nothing listens on the proxy port and no proxy
-// variable is set.
-func TestLesson36_NoNetworkHasNoProxy(t *testing.T) {
+// Under no-network nothing listens on the proxy port and no proxy variable
+// is set (docs/failures.md#no-network-means-no-proxy-variables).
+func TestNoNetworkHasNoProxy(t *testing.T) {
 	s := serveForTest(t, Config{Network: Network{Agent: egress.Policy{Mode: egress.NoNetwork}}})
 	r := s.sh(t, "env | grep -i _proxy || echo none")
 	assert.Equal(t, "none\n", r.stdout)
@@ -129,9 +131,10 @@ except OSError as e: print(type(e).__name__)
 	assert.Equal(t, "ConnectionRefusedError\nOSError\nOSError\nOSError\nno-dns\nPermissionError\n", r.stdout)
 }
 
-// Lesson 34: the visitor port is held by sandboxd from the start: the agent
-// can neither use it without a visit's token nor take it.
-func TestLesson34_AgentCannotUseOrTakeVisitorPort(t *testing.T) {
+// The visitor port is held by sandboxd from the start: the agent can neither
+// use it without a visit's token nor take it
+// (docs/failures.md#visitor-port-held-and-token-guarded).
+func TestAgentCannotUseOrTakeVisitorPort(t *testing.T) {
 	requireTool(t, "curl")
 	port := upstream(t, "secret")
 	s := serveForTest(t, Config{
@@ -154,9 +157,10 @@ func TestLesson34_AgentCannotUseOrTakeVisitorPort(t *testing.T) {
 	assert.NotEqual(t, 0, r.exit.Code, "the token is dead once the visit ends")
 }
 
-// Lesson 35: a peer is reached by name with the real client; it is listed in
-// no_proxy one by one and added to the substrate's hosts file.
-func TestLesson35_PeerReachedByNameWithRedisCLI(t *testing.T) {
+// A peer is reached by name with the real client; it is listed in no_proxy
+// one by one and added to the substrate's hosts file
+// (docs/failures.md#peers-listed-one-by-one).
+func TestPeerReachedByNameWithRedisCLI(t *testing.T) {
 	requireTool(t, "redis-server")
 	requireTool(t, "redis-cli")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -28,9 +28,10 @@ import (
 //
 // So serve reaps every zombie child that nothing waits for, PID 1 or not,
 // and never one that something does wait for, which would steal a session's
-// exit status (lesson 24). Every process the daemon starts is an os.Process,
-// which holds a pidfd from its start until Wait has reaped it: a zombie child
-// with a pidfd is left to its waiter. One without is taken once it is older
+// exit status (docs/failures.md#reaper-never-takes-a-session-exit-status).
+// Every process the daemon starts is an os.Process, which holds a pidfd from
+// its start until Wait has reaped it: a zombie child with a pidfd is left to
+// its waiter. One without is taken once it is older
 // than zombieGrace (join's own short-lived copies, waited by pid, are
 // younger) and has stayed a zombie for zombieSettle (a waiter reaps at
 // once). Where the runtime holds no pidfd at all (a kernel or seccomp

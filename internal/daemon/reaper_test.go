@@ -17,7 +17,8 @@ import (
 
 // The reaper takes the children that nothing waits for, PID 1 or not, and
 // never one whose waiter has yet to call Wait, however long after its exit:
-// that would be a session's exit status stolen (lesson 24).
+// that would be a session's exit status stolen
+// (docs/failures.md#reaper-never-takes-a-session-exit-status).
 func TestReaperTakesOnlyChildrenNothingWaitsFor(t *testing.T) {
 	stop := reapStrays(slog.New(slog.DiscardHandler))
 	defer stop()

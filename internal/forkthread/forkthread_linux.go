@@ -8,10 +8,11 @@ import (
 )
 
 // --die-with-parent and Pdeathsig are PR_SET_PDEATHSIG, which fires when the
-// *thread* that forked the child exits (golang/go#27505, lesson 58). The Go
-// runtime retires threads freely, so the holder is forked from a goroutine
-// locked to a thread that never exits, and so is every other child armed
-// with a parent-death signal (the visitor, through join.Cmd).
+// *thread* that forked the child exits (golang/go#27505;
+// docs/failures.md#holder-outlives-its-starting-thread). The Go runtime
+// retires threads freely, so the holder is forked from a goroutine locked to
+// a thread that never exits, and so is every other child armed with a
+// parent-death signal (the visitor, through join.Cmd).
 var (
 	forkerOnce sync.Once
 	forkerRuns chan func()

@@ -9,8 +9,8 @@ import (
 // introduced records the release that added each option we may emit. Every
 // option present in bwrap 0.4.1's --help is listed as the minimum we support;
 // later ones carry their own release. An option missing from this table cannot
-// be emitted at all (lesson 1: an unknown --clearenv on 0.4.1 made every
-// command fail).
+// be emitted at all: an unknown --clearenv on 0.4.1 made every command fail
+// (docs/failures.md#options-newer-than-the-bwrap-are-never-emitted).
 var introduced = map[string]Version{
 	"--args":               Minimum,
 	"--bind":               Minimum,

@@ -29,8 +29,9 @@ func TestParseVersion(t *testing.T) {
 	assert.Error(t, err)
 }
 
-// Lesson 1: the argv never uses an option newer than the bwrap found.
-func TestLesson1_ArgvRefusesOptionsNewerThanBwrap(t *testing.T) {
+// The argv never uses an option newer than the bwrap found
+// (docs/failures.md#options-newer-than-the-bwrap-are-never-emitted).
+func TestArgvRefusesOptionsNewerThanBwrap(t *testing.T) {
 	old := Version{0, 4, 1}
 	for _, opt := range []string{"--clearenv", "--disable-userns", "--perms", "--size"} {
 		_, err := NewArgs(old).Add(opt).Build()
@@ -44,9 +45,11 @@ func TestLesson1_ArgvRefusesOptionsNewerThanBwrap(t *testing.T) {
 	assert.ErrorIs(t, err, ErrUnsupportedOption, "an option missing from the table can never be emitted")
 }
 
-// Lesson 1 and 2: the full argv for a sandbox — the one sessions will use —
-// builds on the oldest supported bwrap.
-func TestLesson1_FullArgvBuildsOnOldestBwrap(t *testing.T) {
+// The full argv for a sandbox — the one sessions will use — builds on the
+// oldest supported bwrap
+// (docs/failures.md#options-newer-than-the-bwrap-are-never-emitted,
+// docs/failures.md#probe-uses-the-session-options).
+func TestFullArgvBuildsOnOldestBwrap(t *testing.T) {
 	cfg := &Config{Workdir: "/", Hide: []string{"/media/sandboxd"}, Mask: []string{"/logs/verifier"},
 		Files: []DataFile{{Path: "/etc/hosts", Data: []byte("127.0.0.1 localhost\n")}}}
 	for _, v := range []Version{Minimum, {0, 4, 1}, {0, 8, 0}} {
@@ -63,8 +66,9 @@ func TestLesson1_FullArgvBuildsOnOldestBwrap(t *testing.T) {
 	}
 }
 
-// Lesson 5: the info fd is read until the JSON is complete, however it arrives.
-func TestLesson5_InfoReadUntilJSONComplete(t *testing.T) {
+// The info fd is read until the JSON is complete, however it arrives
+// (docs/failures.md#info-fd-read-to-the-end-of-its-json).
+func TestInfoFDReadUntilJSONComplete(t *testing.T) {
 	doc := `{
     "child-pid": 4242,
     "cgroup-namespace": 4026532801

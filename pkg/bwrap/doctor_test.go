@@ -8,9 +8,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Lesson 51: a join that seccomp forbids is named with its flag, in the
-// words of nsenter and in those of sandboxd's own join (pkg/join).
-func TestLesson51_DoctorNamesTheSetnsFlag(t *testing.T) {
+// A join that seccomp forbids is named with its flag, in the words of
+// nsenter and in those of sandboxd's own join (pkg/join)
+// (docs/failures.md#doctor-names-the-missing-flag).
+func TestDoctorNamesTheSetnsFlag(t *testing.T) {
 	for _, msg := range []string{
 		"nsenter: reassociate to namespace 'ns/user' failed: Operation not permitted",
 		"could not join the sandbox's namespaces (operation not permitted): the sandbox may have ended; see sandboxd status",

@@ -33,7 +33,7 @@ type Config struct {
 	Mask          []string      // directories covered by an empty tmpfs (/logs/verifier)
 	Devices       []string      // device nodes bound through when present (/dev/kvm, /dev/fuse, …)
 	Files         []DataFile    // files that exist only in the sandbox's view
-	HostMode      bool          // no container around us: also mask the host's sockets (lesson 62)
+	HostMode      bool          // no container around us: also mask the host's sockets (docs/failures.md#host-mode-masks-the-host)
 	AllowDegraded bool          // accept a single-id map when the kernel refuses the identity map
 	ReadyTimeout  time.Duration // bound on bwrap's setup; 0 means 15s
 	Log           *slog.Logger
@@ -63,7 +63,8 @@ type Holder struct {
 var ErrDied = errors.New("bwrap exited before the sandbox was ready")
 
 // readyLine is what the holder's payload prints once bwrap has finished the
-// mount namespace and exec'd it (lesson 4).
+// mount namespace and exec'd it
+// (docs/failures.md#sessions-wait-until-the-holder-is-ready).
 const readyLine = "ready"
 
 // payload is pid 1 of the sandbox: a shell that runs builtins only, forever.
@@ -101,7 +102,8 @@ const (
 )
 
 // Start builds the sandbox and returns once it can be joined. Any failure on
-// the way kills what was spawned (lessons 9 and 48): no holder is ever leaked.
+// the way kills what was spawned: no holder is ever leaked
+// (docs/failures.md#failed-start-leaves-no-holder).
 func Start(ctx context.Context, cfg Config) (*Holder, error) {
 	log := cfg.Log
 	if log == nil {
@@ -158,7 +160,8 @@ func Start(ctx context.Context, cfg Config) (*Holder, error) {
 	cu.Add(func() { errR.Close(); errW.Close() })
 
 	cmd := exec.Command(bwrapPath, "--args", fmt.Sprint(fdArgs), "--", "/bin/sh", "-c", payload)
-	// bwrap's environment is pid 1's environment inside (lesson 59): PATH only.
+	// bwrap's environment is pid 1's environment inside: PATH only
+	// (docs/failures.md#helpers-and-pid-1-start-with-path-only).
 	cmd.Env = []string{"PATH=" + DefaultPath}
 	cmd.Dir = "/"
 	// Stdin is a pipe the daemon holds and never writes: pid 1 blocks on it.
@@ -319,8 +322,10 @@ type bwrapInfo struct {
 	ChildPID int `json:"child-pid"`
 }
 
-// readInfo reads bwrap's --info-fd until the JSON document is complete
-// (lesson 5: a short read killed the sandbox). EOF before that means bwrap died.
+// readInfo reads bwrap's --info-fd until the JSON document is complete (a
+// short read killed the sandbox:
+// docs/failures.md#info-fd-read-to-the-end-of-its-json). EOF before that
+// means bwrap died.
 func readInfo(r *os.File, deadline time.Time) (bwrapInfo, error) {
 	if err := r.SetReadDeadline(deadline); err != nil {
 		return bwrapInfo{}, err
@@ -425,9 +430,9 @@ func waitReady(r *os.File, deadline time.Time) error {
 }
 
 // nsKinds are the namespaces a sandbox may own, by their /proc/PID/ns names.
-// The sandbox must own all of the required ones (lesson 6): "owns a network
-// namespace" is decided once, by the holder, and joining follows what the
-// holder has.
+// The sandbox must own all of the required ones: "owns a network namespace"
+// is decided once, by the holder, and joining follows what the holder has
+// (docs/failures.md#one-decision-on-owning-the-network-namespace).
 var nsKinds = []struct {
 	name     string
 	required bool

@@ -28,9 +28,10 @@ const HarnessMarker = ".sandboxd-harness"
 // MaskedPaths and ReadOnlyPaths are Docker's masked and read-only paths
 // (moby's oci defaults) plus a read-only /sys. The identity map makes the
 // agent's root the container's root, so a writable
-// /proc/sys/kernel/core_pattern would be a host escape (lesson 56). bwrap
-// covers some of them itself, but only those it finds writable during its own
-// setup, which is not all of them: every one is bound read-only here. Sysctl
+// /proc/sys/kernel/core_pattern would be a host escape
+// (docs/failures.md#kernel-settings-stay-read-only). bwrap covers some of
+// them itself, but only those it finds writable during its own setup, which
+// is not all of them: every one is bound read-only here. Sysctl
 // entries are looked up in the reader's namespaces, so the substrate's
 // /proc/sys shows the sandbox's own network and uts values. The visitor
 // (pkg/grade) applies the same lists to its own view.
@@ -45,7 +46,7 @@ var (
 )
 
 // hostSocketDirs are where a bare host keeps the sockets that would hand the
-// agent the machine (lesson 62).
+// agent the machine (docs/failures.md#host-mode-masks-the-host).
 var hostSocketDirs = []string{"/run", "/var/run", "/run/containerd", "/run/docker", "/run/user"}
 
 // mountPlan emits the sandbox's filesystem, in order, into a.
@@ -119,9 +120,10 @@ func (p *mountPlan) emit(a *Args) error {
 
 func (p *mountPlan) path(abs string) string { return filepath.Join(p.root, abs) }
 
-// hide makes each hidden path absent, not empty (lesson 13): its parent is
-// rebuilt as a tmpfs and every sibling is bound back, except other hidden
-// paths and other harness dirs. Parents are rebuilt shallowest first so that a
+// hide makes each hidden path absent, not empty
+// (docs/failures.md#harness-absent-not-empty): its parent is rebuilt as a
+// tmpfs and every sibling is bound back, except other hidden paths and other
+// harness dirs. Parents are rebuilt shallowest first so that a
 // deeper rebuild happens inside the view the shallower one made.
 func (p *mountPlan) hide(a *Args) error {
 	byParent := map[string]map[string]bool{}

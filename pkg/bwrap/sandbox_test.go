@@ -35,9 +35,10 @@ func harnessConfig(t *testing.T) (bwrap.Config, string) {
 	return bwrap.Config{Hide: []string{harness}, Mask: []string{"/logs/verifier"}}, harness
 }
 
-// Lesson 13: the harness dir is absent, not empty; its siblings stay; /tests
-// does not exist; /logs/verifier is an empty mask.
-func TestLesson13_HarnessAbsentSiblingsKept(t *testing.T) {
+// The harness dir is absent, not empty; its siblings stay; /tests does not
+// exist; /logs/verifier is an empty mask
+// (docs/failures.md#harness-absent-not-empty).
+func TestHarnessDirAbsentSiblingsKept(t *testing.T) {
 	sandboxtest.SharedTests(t)
 	cfg, harness := harnessConfig(t)
 	sibling, err := os.MkdirTemp("/media", "sibling-")
@@ -58,9 +59,10 @@ func TestLesson13_HarnessAbsentSiblingsKept(t *testing.T) {
 	assert.Equal(t, "yes0\n", r.Stdout)
 }
 
-// Lesson 54: a root agent can neither unmount nor mount over a mask, and
-// cannot create a user namespace to get the capabilities to do so.
-func TestLesson54_RootAgentCannotUndoMasks(t *testing.T) {
+// A root agent can neither unmount nor mount over a mask, and cannot create
+// a user namespace to get the capabilities to do so
+// (docs/failures.md#root-agent-cannot-undo-the-masks).
+func TestRootAgentCannotUndoMasks(t *testing.T) {
 	cfg, harness := harnessConfig(t)
 	sb := sandboxtest.Start(t, cfg)
 	for _, script := range []string{
@@ -80,8 +82,9 @@ func TestLesson54_RootAgentCannotUndoMasks(t *testing.T) {
 	assert.Equal(t, "1\nabsent\n", r.Stdout, "the masks are still in place")
 }
 
-// Lesson 56: Docker's read-only and masked /proc paths, and a read-only /sys.
-func TestLesson56_ProcSysReadOnly(t *testing.T) {
+// Docker's read-only and masked /proc paths, and a read-only /sys
+// (docs/failures.md#kernel-settings-stay-read-only).
+func TestProcSysAndSysReadOnly(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
 	for _, path := range []string{"/proc/sys/kernel/core_pattern", "/proc/sysrq-trigger", "/sys/kernel/uevent_helper", "/proc/sys/vm/drop_caches"} {
 		r := sb.Sh(t, "0", "test -w "+path)
@@ -91,8 +94,10 @@ func TestLesson56_ProcSysReadOnly(t *testing.T) {
 	assert.Equal(t, "0\n0\n", r.Stdout)
 }
 
-// Lessons 14 and 54: sessions run with Docker's default set less NET_RAW.
-func TestLesson14_BoundedCapabilities(t *testing.T) {
+// Sessions run with Docker's default set less NET_RAW
+// (docs/failures.md#no-raw-or-admin-network-capabilities,
+// docs/failures.md#root-agent-cannot-undo-the-masks).
+func TestSessionCapabilitiesAreBounded(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
 	r := sb.Sh(t, "0", "grep -E '^Cap(Eff|Bnd)' /proc/self/status")
 	require.Equal(t, 0, r.Code, r.Stderr)
@@ -101,9 +106,10 @@ func TestLesson14_BoundedCapabilities(t *testing.T) {
 	assert.Equal(t, "CapEff:\t"+want+"\nCapBnd:\t"+want+"\n", r.Stdout)
 }
 
-// Lesson 8 and the ownership check: a file owned by uid 1000 shows
-// uid 1000 inside; uid 1000 can write it and uid 1001 cannot.
-func TestLesson8_FileOwnershipThroughIdentityMap(t *testing.T) {
+// A file owned by uid 1000 shows uid 1000 inside; uid 1000 can write it and
+// uid 1001 cannot
+// (docs/failures.md#identity-map-copies-the-extents-of-the-container).
+func TestFileOwnershipThroughIdentityMap(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
 	require.NoError(t, os.Chmod(dir, 0o755))
@@ -120,9 +126,10 @@ func TestLesson8_FileOwnershipThroughIdentityMap(t *testing.T) {
 	assert.Equal(t, "xy\n", string(b), "the agent's writes are real and the substrate sees them")
 }
 
-// Lesson 55: nothing inside names the harness: pid 1's command line and
-// environment, mount sources, a session's environment.
-func TestLesson55_NothingInsideNamesTheHarness(t *testing.T) {
+// Nothing inside names the harness: pid 1's command line and environment,
+// mount sources, a session's environment
+// (docs/failures.md#nothing-inside-names-the-harness).
+func TestNothingInsideNamesTheHarness(t *testing.T) {
 	cfg, harness := harnessConfig(t)
 	cfg.Files = []bwrap.DataFile{{Path: "/etc/hosts", Data: []byte("127.0.0.1 localhost\n")}}
 	sb := sandboxtest.Start(t, cfg)
@@ -143,8 +150,9 @@ func TestLesson55_NothingInsideNamesTheHarness(t *testing.T) {
 	assert.NotContains(t, r.Stdout, filepath.Base(harness))
 }
 
-// Lesson 3: one sandbox per rollout — a background process survives its command.
-func TestLesson3_BackgroundSurvivesCommand(t *testing.T) {
+// One sandbox per rollout: a background process survives its command
+// (docs/failures.md#background-processes-outlive-their-command).
+func TestBackgroundProcessSurvivesItsCommand(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
 	r := sb.Sh(t, "0", "nohup sleep 300 >/dev/null 2>&1 & echo $! > /tmp/bg.pid")
 	require.Equal(t, 0, r.Code)
@@ -166,8 +174,9 @@ func TestKillAllLeavesSandboxStanding(t *testing.T) {
 	}
 }
 
-// Lesson 58: the holder outlives the goroutine (and thread) that started it.
-func TestLesson58_HolderOutlivesStartingThread(t *testing.T) {
+// The holder outlives the goroutine (and thread) that started it
+// (docs/failures.md#holder-outlives-its-starting-thread).
+func TestHolderOutlivesStartingThread(t *testing.T) {
 	sandboxtest.RequireRoot(t)
 	var h *bwrap.Holder
 	var err error
@@ -196,8 +205,9 @@ func TestLesson58_HolderOutlivesStartingThread(t *testing.T) {
 	assert.NoError(t, unix.Kill(h.PID, 0))
 }
 
-// Lesson 9 and 48: a failed start leaves no process behind.
-func TestLesson9_FailedStartLeavesNothing(t *testing.T) {
+// A failed start leaves no process behind
+// (docs/failures.md#failed-start-leaves-no-holder).
+func TestFailedStartLeavesNothing(t *testing.T) {
 	sandboxtest.RequireRoot(t)
 	dir := t.TempDir()
 	fake := filepath.Join(dir, "bwrap")
@@ -223,9 +233,10 @@ func TestLesson9_FailedStartLeavesNothing(t *testing.T) {
 	assert.Contains(t, err.Error(), "--workdir")
 }
 
-// Lesson 9 and 49: an id map the kernel refuses kills the holder; with
-// --allow-degraded a single-id map is used and said.
-func TestLesson9_RefusedIDMapKillsHolder(t *testing.T) {
+// An id map the kernel refuses kills the holder; with --allow-degraded a
+// single-id map is used and said (docs/failures.md#failed-start-leaves-no-holder,
+// docs/failures.md#identity-map-includes-the-ids-bwrap-runs-as).
+func TestRefusedIDMapKillsHolder(t *testing.T) {
 	sandboxtest.RequireRoot(t)
 	restore := bwrap.SetMapsForTest(func(pid int) error {
 		return fmt.Errorf("write /proc/%d/uid_map: %w", pid, errors.New("operation not permitted (simulated refusal)"))

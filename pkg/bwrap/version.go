@@ -85,5 +85,5 @@ func Probe(ctx context.Context, path string) (string, Version, error) {
 }
 
 // DefaultPath is Docker's default PATH, the only variable that wrapper
-// processes get (lesson 10).
+// processes get (docs/failures.md#helpers-and-pid-1-start-with-path-only).
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -5,7 +5,8 @@ import (
 )
 
 // FuzzParseVersion feeds `bwrap --version` output of any shape to the parser
-// that gates every option the argv builder may emit (lesson 1): what it
+// that gates every option the argv builder may emit
+// (docs/failures.md#options-newer-than-the-bwrap-are-never-emitted): what it
 // accepts is a version that prints and parses back to itself, never a
 // negative number, and it orders consistently against the minimum.
 func FuzzParseVersion(f *testing.F) {

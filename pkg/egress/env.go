@@ -17,8 +17,9 @@ type Peer struct {
 // ProxyEnv is the environment that points a session's programs at the proxy.
 // An empty proxyURL (the no-network case, where nothing listens) gives no
 // variables at all: a proxy variable pointing at nothing reads as a broken
-// network (lesson 36). no_proxy lists loopback and every peer's name and
-// address one by one, because curl does not match CIDR ranges (lesson 35).
+// network (docs/failures.md#no-network-means-no-proxy-variables). no_proxy
+// lists loopback and every peer's name and address one by one, because curl
+// does not match CIDR ranges (docs/failures.md#peers-listed-one-by-one).
 func ProxyEnv(proxyURL string, peers []Peer) []string {
 	if proxyURL == "" {
 		return nil
@@ -50,7 +51,8 @@ func ProxyEnv(proxyURL string, peers []Peer) []string {
 
 // AptProxyConfig is an apt.conf.d snippet that sends apt through the proxy,
 // for a data bind into the agent's view only: the verifier shares /etc and
-// must use its own way out. The text names no harness (lesson 55).
+// must use its own way out. The text names no harness
+// (docs/failures.md#nothing-inside-names-the-harness).
 func AptProxyConfig(proxyURL string) ([]byte, error) {
 	if proxyURL == "" || strings.ContainsAny(proxyURL, "\"\\;{}\r\n\x00") {
 		return nil, fmt.Errorf("apt proxy config for %q: the URL is empty or holds characters apt.conf cannot quote", proxyURL)

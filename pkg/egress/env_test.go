@@ -11,9 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Lesson 35: no_proxy lists loopback and every peer's name and address one by
-// one, because curl does not match CIDR ranges.
-func TestLesson35_NoProxyListsPeersOneByOne(t *testing.T) {
+// no_proxy lists loopback and every peer's name and address one by one,
+// because curl does not match CIDR ranges
+// (docs/failures.md#peers-listed-one-by-one).
+func TestNoProxyListsPeersOneByOne(t *testing.T) {
 	env := ProxyEnv("http://127.0.0.1:3128", []Peer{
 		{Name: "db", Addr: netip.MustParseAddr("127.0.0.1")},
 		{Name: "Cache", Addr: netip.MustParseAddr("127.0.0.2")},
@@ -33,9 +34,10 @@ func TestLesson35_NoProxyListsPeersOneByOne(t *testing.T) {
 	}
 }
 
-// Lesson 36: a workspace that may reach no host is told of no proxy at all,
-// and no proxy can be served for it.
-func TestLesson36_NoNetworkNoProxyEnv(t *testing.T) {
+// A workspace that may reach no host is told of no proxy at all, and no
+// proxy can be served for it
+// (docs/failures.md#no-network-means-no-proxy-variables).
+func TestNoNetworkGetsNoProxyEnv(t *testing.T) {
 	assert.Nil(t, ProxyEnv("", []Peer{{Name: "db", Addr: netip.MustParseAddr("127.0.0.1")}}))
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -51,7 +53,7 @@ func TestAptProxyConfig(t *testing.T) {
 	b, err := AptProxyConfig("http://127.0.0.1:3128")
 	require.NoError(t, err)
 	assert.Equal(t, "Acquire::http::Proxy \"http://127.0.0.1:3128\";\nAcquire::https::Proxy \"http://127.0.0.1:3128\";\n", string(b))
-	assert.NotContains(t, strings.ToLower(string(b)), "sandboxd", "lesson 55: nothing names the harness")
+	assert.NotContains(t, strings.ToLower(string(b)), "sandboxd", "nothing names the harness")
 	for _, bad := range []string{"", "http://x\";Acquire::x \"y", "http://a\nb"} {
 		_, err := AptProxyConfig(bad)
 		assert.Error(t, err, "%q", bad)

@@ -52,7 +52,8 @@ func ResolvePeer(ctx context.Context, r Resolver, target string) (netip.AddrPort
 // ServePeer offers a substrate service inside the sandbox: every connection
 // accepted on ln (a listener in the sandbox's namespace) is spliced to target
 // on the substrate — an address, resolved once by ResolvePeer, never a name —
-// each direction half-closed on its own EOF (lesson 38). Peer connections
+// each direction half-closed on its own EOF
+// (docs/failures.md#relays-close-each-direction-on-its-own). Peer connections
 // have no idle timeout: a database session may sit quiet for hours. dial nil
 // uses a net.Dialer. It closes ln and every connection when ctx ends, and
 // returns nil then.

@@ -92,8 +92,9 @@ func TestNormalizeHostRefusesJunk(t *testing.T) {
 	}
 }
 
-// Lesson 30: non-global destinations are refused even under public.
-func TestLesson30_NonGlobalRefusedUnderPublic(t *testing.T) {
+// Non-global destinations are refused even under public
+// (docs/failures.md#non-global-destinations-refused-even-under-public).
+func TestNonGlobalRefusedUnderPublic(t *testing.T) {
 	refused := []string{
 		"0.0.0.0", "0.1.2.3", "10.0.0.1", "100.64.0.1", "100.127.255.254", "127.0.0.1", "127.8.9.10",
 		"169.254.169.254", "169.254.0.1", "172.16.0.1", "172.31.255.255", "192.0.0.8", "192.0.2.1",

@@ -18,9 +18,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Lesson 27: hop-by-hop fields are dropped both ways, Transfer-Encoding
-// included, and every field that Connection names.
-func TestLesson27_HopByHopHeadersDropped(t *testing.T) {
+// Hop-by-hop fields are dropped both ways, Transfer-Encoding included, and
+// every field that Connection names
+// (docs/failures.md#proxy-drops-hop-by-hop-headers).
+func TestHopByHopHeadersDropped(t *testing.T) {
 	got := make(chan http.Header, 1)
 	up := startRawUpstream(t, func(c net.Conn, br *bufio.Reader) {
 		req, _, err := readUpstreamRequest(br)
@@ -74,9 +75,10 @@ func TestLesson27_HopByHopHeadersDropped(t *testing.T) {
 	assert.Equal(t, "hello world", string(body))
 }
 
-// Lesson 28: request bodies are de-chunked and re-framed, ambiguous framing
-// is a 400, and the request target wins over Host.
-func TestLesson28_RequestFramingAndHost(t *testing.T) {
+// Request bodies are de-chunked and re-framed, ambiguous framing is a 400,
+// and the request target wins over Host
+// (docs/failures.md#request-framing-is-redone-and-host-is-not-trusted).
+func TestRequestBodiesReframedAndTargetWinsOverHost(t *testing.T) {
 	type seen struct {
 		host, te string
 		cl       int64
@@ -145,9 +147,9 @@ func TestLesson28_RequestFramingAndHost(t *testing.T) {
 	}
 }
 
-// Lesson 29: a response that breaks the header grammar is a 502 before
-// anything of it reaches the client.
-func TestLesson29_InvalidUpstreamHeaderIs502(t *testing.T) {
+// A response that breaks the header grammar is a 502 before anything of it
+// reaches the client (docs/failures.md#malformed-headers-never-pass).
+func TestInvalidUpstreamHeaderIs502(t *testing.T) {
 	tests := []struct{ name, response string }{
 		{"obs-fold", "HTTP/1.1 200 OK\r\nX-A: a\r\n X-Injected: yes\r\nContent-Length: 0\r\n\r\n"},
 		{"space before colon", "HTTP/1.1 200 OK\r\nX-A : a\r\nContent-Length: 0\r\n\r\n"},
@@ -178,8 +180,8 @@ func TestLesson29_InvalidUpstreamHeaderIs502(t *testing.T) {
 	}
 }
 
-// The request side of lesson 29: a malformed request is a 400 and nothing
-// reaches any upstream.
+// A malformed request is a 400 and nothing reaches any upstream: the request
+// side of docs/failures.md#malformed-headers-never-pass.
 func TestRequestGrammarIs400(t *testing.T) {
 	proxy := startProxy(t, &Proxy{Policy: Policy{Mode: Public}, Resolver: resolverOf(), Dial: noDial(t)})
 	tests := []struct{ name, raw string }{
@@ -212,9 +214,10 @@ func TestRequestGrammarIs400(t *testing.T) {
 	assert.Equal(t, 505, resp.StatusCode)
 }
 
-// Lesson 30 at the proxy: whatever a name resolves to is checked before any
-// dial, under public too, and names in AllowCIDRs' ranges need that flag.
-func TestLesson30_ProxyRefusesNonGlobalWithoutDialing(t *testing.T) {
+// At the proxy, whatever a name resolves to is checked before any dial, under
+// public too, and names in AllowCIDRs' ranges need that flag
+// (docs/failures.md#non-global-destinations-refused-even-under-public).
+func TestProxyRefusesNonGlobalWithoutDialing(t *testing.T) {
 	res := resolverOf(
 		"metadata.test", "169.254.169.254",
 		"private.test", "10.0.0.1,192.168.1.1",
@@ -290,9 +293,9 @@ func TestDNSRebindingResolvesOnceDialsChecked(t *testing.T) {
 	assert.Len(t, d.dialed(), 1)
 }
 
-// Lesson 31: an upstream failure before the response is a 502, never a
-// silently closed connection.
-func TestLesson31_UpstreamFailureIs502(t *testing.T) {
+// An upstream failure before the response is a 502, never a silently closed
+// connection (docs/failures.md#upstream-failure-is-a-502).
+func TestUpstreamFailureIs502(t *testing.T) {
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	closedPort := closed.Addr().(*net.TCPAddr).Port
@@ -353,9 +356,9 @@ func TestTimeoutsAre502(t *testing.T) {
 	}
 }
 
-// Lesson 32: plain-HTTP requests are filtered by the allowlist, not only
-// CONNECT.
-func TestLesson32_PlainHTTPFiltered(t *testing.T) {
+// Plain-HTTP requests are filtered by the allowlist, not only CONNECT
+// (docs/failures.md#plain-http-filtered-like-connect).
+func TestPlainHTTPFilteredLikeConnect(t *testing.T) {
 	up := okUpstream(t)
 	pol, err := ParsePolicy("allowlist", []string{"allowed.test", "*.wild.test"}, []string{"127.0.0.0/8"})
 	require.NoError(t, err)
@@ -601,9 +604,11 @@ func TestConnectionLimit(t *testing.T) {
 	assert.Equal(t, "too-many-connections", resp.Header.Get("X-Proxy-Error"))
 }
 
-// Lessons 34 and 43: the agent's background processes are alive while the
-// verifier runs and can open the visitor port, though not use it. A flood of
-// such idle connections must not lock the verifier out.
+// The agent's background processes are alive while the verifier runs and can
+// open the visitor port, though not use it. A flood of such idle connections
+// must not lock the verifier out
+// (docs/failures.md#visitor-port-held-and-token-guarded,
+// docs/failures.md#verifier-sees-agent-servers).
 func TestIdleFloodCannotLockOutVisitor(t *testing.T) {
 	up := okUpstream(t)
 	v := &Visitor{Proxy: Proxy{Resolver: resolverOf("up.test", "127.0.0.1"), Log: quietLog, MaxConns: 8, Dial: (&dialRecorder{t: t}).dial}}
@@ -655,9 +660,10 @@ func TestIdleClientClosed(t *testing.T) {
 	assert.Less(t, time.Since(start), 2*time.Second)
 }
 
-// Lesson 37: the listener exists before anyone serves it, so a client that
-// connects first waits in the backlog and is answered, never refused.
-func TestLesson37_ConnectionBeforeServeIsAnswered(t *testing.T) {
+// The listener exists before anyone serves it, so a client that connects
+// first waits in the backlog and is answered, never refused
+// (docs/failures.md#listeners-ready-before-the-first-session).
+func TestConnectionBeforeServeIsAnswered(t *testing.T) {
 	up := okUpstream(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -729,12 +735,13 @@ func TestEarlyResponseDelivered(t *testing.T) {
 	assert.Equal(t, "too big\n", body)
 }
 
-// Lessons 27 and 31 for a body of known length, which the proxy splices
-// between the two connections: every byte arrives, a keep-alive request
-// follows on the same connection, and an upstream that ends short of its
-// Content-Length ends the client's connection short too, never with a
-// response that looks complete.
-func TestLesson31_SplicedBodyExactOrCutShort(t *testing.T) {
+// A body of known length, which the proxy splices between the two
+// connections: every byte arrives, a keep-alive request follows on the same
+// connection, and an upstream that ends short of its Content-Length ends the
+// client's connection short too, never with a response that looks complete
+// (docs/failures.md#proxy-drops-hop-by-hop-headers,
+// docs/failures.md#upstream-failure-is-a-502).
+func TestSplicedBodyExactOrCutShort(t *testing.T) {
 	const size = 3<<20 + 17
 	body := bytes.Repeat([]byte("0123456789abcdef"), size/16+1)[:size]
 	up := startRawUpstream(t, func(c net.Conn, br *bufio.Reader) {

@@ -34,10 +34,11 @@ func (a *activity) quietFor(d time.Duration) bool {
 }
 
 // relay copies a→b and b→a until both directions have ended. Each direction
-// that reaches EOF closes only the write side of its destination (half-close,
-// lesson 38), so a reply still in flight the other way is delivered. Any other
-// error, idle for longer than idle (if idle > 0), or the end of ctx aborts
-// both directions. It returns the bytes moved each way.
+// that reaches EOF closes only the write side of its destination
+// (half-close: docs/failures.md#relays-close-each-direction-on-its-own), so a
+// reply still in flight the other way is delivered. Any other error, idle for
+// longer than idle (if idle > 0), or the end of ctx aborts both directions.
+// It returns the bytes moved each way.
 func relay(ctx context.Context, a, b net.Conn, idle time.Duration) (ab, ba int64) {
 	act := newActivity()
 	abort := func() { a.Close(); b.Close() }

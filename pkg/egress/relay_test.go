@@ -30,10 +30,10 @@ func halfCloseServer(t *testing.T) *rawUpstream {
 	})
 }
 
-// Lesson 38: each direction closes on its own EOF; the reply that follows
-// the client's half-close still arrives, through a CONNECT tunnel and
-// through a peer.
-func TestLesson38_HalfClose(t *testing.T) {
+// Each direction closes on its own EOF; the reply that follows the client's
+// half-close still arrives, through a CONNECT tunnel and through a peer
+// (docs/failures.md#relays-close-each-direction-on-its-own).
+func TestRelaysHalfCloseEachDirection(t *testing.T) {
 	srv := halfCloseServer(t)
 	proxy := startProxy(t, &Proxy{Policy: publicLoopback(), Resolver: resolverOf("up.test", "127.0.0.1")})
 	peer := serveOn(t, func(ctx context.Context, ln net.Listener) error {

@@ -11,9 +11,10 @@ import (
 
 // Visitor serves the visitor port: a proxy listener that the daemon holds
 // for the sandbox's whole life, so that the agent can neither use it nor take
-// the port first (lesson 34). It answers only while a visit (the verifier, a
-// healthcheck) is open, and each visit has its own token and policy, so that
-// concurrent visitors never share or clobber one (lesson 46).
+// the port first (docs/failures.md#visitor-port-held-and-token-guarded). It
+// answers only while a visit (the verifier, a healthcheck) is open, and each
+// visit has its own token and policy, so that concurrent visitors never share
+// or clobber one (docs/failures.md#concurrent-visitors-share-nothing).
 type Visitor struct {
 	// Proxy is the template for serving: resolver, dialer, audit, limits.
 	// Its Policy and Token are not used.

@@ -24,9 +24,9 @@ func basic(token string) string {
 	return "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("visit:"+token)) + "\r\n"
 }
 
-// Lesson 34: the visitor port needs a token and answers only while a visit
-// is open.
-func TestLesson34_VisitorPortNeedsToken(t *testing.T) {
+// The visitor port needs a token and answers only while a visit is open
+// (docs/failures.md#visitor-port-held-and-token-guarded).
+func TestVisitorPortNeedsToken(t *testing.T) {
 	up := okUpstream(t)
 	v, addr := startVisitor(t, resolverOf("up.test", "127.0.0.1"))
 	get := func(auth string) *http.Response {
@@ -73,9 +73,10 @@ func TestVisitEndClosesItsTunnels(t *testing.T) {
 	assert.ErrorIs(t, err, io.EOF)
 }
 
-// Lesson 46: concurrent visitors get their own tokens, each under its own
-// policy, and one ending does not end the other.
-func TestLesson46_ConcurrentVisitorsOwnTokens(t *testing.T) {
+// Concurrent visitors get their own tokens, each under its own policy, and
+// one ending does not end the other
+// (docs/failures.md#concurrent-visitors-share-nothing).
+func TestConcurrentVisitorsGetTheirOwnTokens(t *testing.T) {
 	up := okUpstream(t)
 	v, addr := startVisitor(t, resolverOf("verifier.test", "127.0.0.1", "health.test", "127.0.0.1"))
 	only := func(host string) Policy {
@@ -120,9 +121,10 @@ func TestProxyToken(t *testing.T) {
 	}
 }
 
-// Lesson 33: the verifier uses its own allowlist, not the agent's: what the
-// agent's proxy refuses, the verifier's visit may reach.
-func TestLesson33_VerifierOwnAllowlist(t *testing.T) {
+// The verifier uses its own allowlist, not the agent's: what the agent's
+// proxy refuses, the verifier's visit may reach
+// (docs/failures.md#verifier-has-its-own-allowlist).
+func TestVerifierUsesItsOwnAllowlist(t *testing.T) {
 	up := okUpstream(t)
 	res := resolverOf("pypi.test", "127.0.0.1", "task.test", "127.0.0.1")
 	agentPolicy, err := ParsePolicy("allowlist", []string{"task.test"}, []string{"127.0.0.0/8"})
@@ -142,9 +144,10 @@ func TestLesson33_VerifierOwnAllowlist(t *testing.T) {
 	assert.Equal(t, 200, get(visitor, basic(token)), "the verifier may")
 }
 
-// Lesson 45: a no-network visit gets no proxy variables and the visitor
-// port reaches nothing for it, not even with its token.
-func TestLesson45_NoNetworkVisitReachesNothing(t *testing.T) {
+// A no-network visit gets no proxy variables and the visitor port reaches
+// nothing for it, not even with its token
+// (docs/failures.md#no-network-verifier-keeps-chown-and-loopback).
+func TestNoNetworkVisitReachesNothing(t *testing.T) {
 	v := &Visitor{Proxy: Proxy{Resolver: resolverOf("up.test", "127.0.0.1"), Log: quietLog, Dial: noDial(t)}}
 	addr := serveOn(t, v.Serve)
 	token, done := v.Open(Policy{Mode: NoNetwork})

@@ -10,8 +10,9 @@ import (
 // their session is over. A command like `srv &` leaves srv holding the
 // session's stdout; closing our end would kill srv with SIGPIPE at its next
 // log line, yet the sandbox, not the session, is the lifetime boundary
-// (lessons 3 and 43). One goroutine per adopted pipe runs until its last
-// writer is gone or Close is called. Beyond Max pipes, new ones are closed
+// (docs/failures.md#background-processes-outlive-their-command). One
+// goroutine per adopted pipe runs until its last writer is gone or Close is
+// called. Beyond Max pipes, new ones are closed
 // instead: memory stays bounded, and those writers see EPIPE as they would
 // under sshd after the client left.
 type Leftovers struct {

@@ -50,8 +50,8 @@ type pty struct {
 }
 
 // openPTY allocates a pty from the sandbox's devpts, reached through the
-// holder's root (lesson 57): bwrap's --dev mounts a devpts instance of its
-// own, and a pty of the substrate's instance has no name inside, so `tty`
+// holder's root (docs/failures.md#ptys-come-from-the-sandbox-devpts): bwrap's
+// --dev mounts a devpts instance of its own, and a pty of the substrate's instance has no name inside, so `tty`
 // says "not a tty" and sudo refuses to run. The slave is owned by uid with
 // the image's tty group and mode 0620, as sshd leaves it.
 func openPTY(holderPID int, uid, gid uint32) (*pty, error) {
@@ -150,7 +150,7 @@ func setTermios(slave *os.File, modes []byte) error {
 
 // setSize sets the window size through the master. The kernel sends SIGWINCH
 // to the terminal's foreground group; nothing touches the input queue, so a
-// resize never disturbs typing (lesson 21).
+// resize never disturbs typing (docs/failures.md#resize-never-ends-input).
 func setSize(master *os.File, s Size) error {
 	rc, err := master.SyscallConn()
 	if err != nil {

@@ -72,7 +72,7 @@ func TestRelayOutKeepsOddSizedWritesInOrder(t *testing.T) {
 	assert.True(t, bytes.Equal(want, out.Bytes()), "relayed %d bytes, want %d, first difference at %d",
 		out.Len(), len(want), firstDifference(want, out.Bytes()))
 	for _, n := range out.writes {
-		require.LessOrEqual(t, n, 64<<10, "the relay writes from its fixed buffer (lesson 22)")
+		require.LessOrEqual(t, n, 64<<10, "the relay writes from its fixed buffer")
 	}
 	t.Logf("%d bytes in %d writes", out.Len(), len(out.writes))
 }

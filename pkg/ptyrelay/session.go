@@ -3,27 +3,38 @@
 // and the control socket's exec both start their sessions here, so what a
 // terminal is and when a session is over are decided once.
 //
-// The rules it keeps (each one is a lesson in /work/shared/lessons.md):
+// The rules it keeps, each against a failure that docs/failures.md describes:
 //
 //   - A pty comes from the sandbox's own devpts, and is the command's
-//     controlling terminal with the requested size, TERM and modes (19, 20, 57).
-//   - A resize never touches the input stream (21).
+//     controlling terminal with the requested size, TERM and modes
+//     (docs/failures.md#pty-request-gives-a-terminal,
+//     docs/failures.md#controlling-terminal-and-foreground-group,
+//     docs/failures.md#ptys-come-from-the-sandbox-devpts).
+//   - A resize never touches the input stream
+//     (docs/failures.md#resize-never-ends-input).
 //   - Output is relayed as it is produced, through fixed buffers: a slow
-//     reader slows the command down instead of growing memory (22).
+//     reader slows the command down instead of growing memory
+//     (docs/failures.md#output-streams-and-survives-a-timeout).
 //   - Wait returns the exit status only after every byte of output has been
-//     handed to the writers, so a caller can send exit-status before EOF (23).
-//   - the command is reaped by its own join.Cmd, never by a reaper (24).
-//   - Closing the client's stdin closes the command's stdin, for pipes (25).
-//     For a pty the client's EOF is ignored, as sshd does: the terminal stays
-//     open and a ^D typed by the user is what ends a shell.
-//   - Setup failures come back as *join.SetupError with the reason (26).
+//     handed to the writers, so a caller can send exit-status before EOF
+//     (docs/failures.md#exit-status-before-eof-and-close).
+//   - the command is reaped by its own join.Cmd, never by a reaper
+//     (docs/failures.md#reaper-never-takes-a-session-exit-status).
+//   - Closing the client's stdin closes the command's stdin, for pipes
+//     (docs/failures.md#stdin-eof-reaches-the-command). For a pty the
+//     client's EOF is ignored, as sshd does: the terminal stays open and a
+//     ^D typed by the user is what ends a shell.
+//   - Setup failures come back as *join.SetupError with the reason
+//     (docs/failures.md#setup-failures-carry-the-reason).
 //   - Kill freezes and kills the whole tree, and what it printed before is
-//     still delivered (22, 47).
+//     still delivered (docs/failures.md#timeout-kills-the-whole-tree,
+//     docs/failures.md#output-streams-and-survives-a-timeout).
 //
 // A session is over when its leader has exited and its output has gone quiet:
 // background processes that still hold the output (`srv &`) are not waited
 // for, and, with Leftovers, their output is read and discarded afterwards so
-// that they do not die of SIGPIPE (lessons 3 and 43).
+// that they do not die of SIGPIPE
+// (docs/failures.md#background-processes-outlive-their-command).
 package ptyrelay
 
 import (
@@ -240,7 +251,8 @@ func Start(cfg Config) (*Session, error) {
 	closeAll(childEnds)
 	if err != nil {
 		closeAll(ourEnds)
-		// A started command is our child either way; reap it here, by its pid (24).
+		// A started command is our child either way; reap it here, by its pid
+		// (docs/failures.md#reaper-never-takes-a-session-exit-status).
 		starter.Cmd.Wait()
 		return nil, err
 	}
@@ -362,8 +374,9 @@ func (s *Session) armDrain(f *os.File) {
 }
 
 // relayIn copies the client's input to the command until the client's EOF.
-// For pipes the EOF closes the command's stdin (lesson 25); for a pty it is
-// ignored, as sshd ignores it.
+// For pipes the EOF closes the command's stdin
+// (docs/failures.md#stdin-eof-reaches-the-command); for a pty it is ignored,
+// as sshd ignores it.
 func (s *Session) relayIn(r io.Reader) {
 	defer close(s.stdinDone)
 	var w *os.File
@@ -493,8 +506,9 @@ func (s *Session) Signal(sig syscall.Signal) error {
 	return nil
 }
 
-// Kill freezes and kills the command's whole process tree (lesson 47). The
-// output it printed before is still relayed, and Wait then reports SIGKILL.
+// Kill freezes and kills the command's whole process tree
+// (docs/failures.md#timeout-kills-the-whole-tree). The output it printed
+// before is still relayed, and Wait then reports SIGKILL.
 func (s *Session) Kill() {
 	// After the leader's exit its pid may be reused; what it left behind on
 	// purpose is no longer this session's.

@@ -65,7 +65,7 @@ func waitExit(t *testing.T, s *ptyrelay.Session) ptyrelay.Exit {
 	}
 }
 
-func TestLesson57_PTYFromTheSandboxDevpts(t *testing.T) {
+func TestPTYFromTheSandboxDevpts(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
 	var out sandboxtest.Buffer
 	s := start(t, ptyrelay.Config{
@@ -79,7 +79,7 @@ func TestLesson57_PTYFromTheSandboxDevpts(t *testing.T) {
 	assert.Equal(t, s.TTY(), strings.SplitN(out.String(), "\r\n", 2)[0])
 }
 
-func TestLesson57_SudoSeesATerminal(t *testing.T) {
+func TestSudoSeesATerminal(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/sudo"); err != nil {
 		t.Skip("needs sudo in the image (apt-get install sudo)")
 	}
@@ -98,7 +98,7 @@ func TestLesson57_SudoSeesATerminal(t *testing.T) {
 	assert.Regexp(t, `/dev/pts/\d+`, out.String())
 }
 
-func TestLesson19_PTYIsATerminalWithSizeAndTerm(t *testing.T) {
+func TestPTYIsATerminalWithSizeAndTerm(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
 	var out sandboxtest.Buffer
 	s := start(t, ptyrelay.Config{
@@ -111,7 +111,7 @@ func TestLesson19_PTYIsATerminalWithSizeAndTerm(t *testing.T) {
 	assert.Equal(t, "isatty\r\n43 132\r\nTERM=xterm-256color\r\n", out.String())
 }
 
-func TestLesson20_ControllingTerminalAndForegroundGroup(t *testing.T) {
+func TestControllingTerminalAndForegroundGroup(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
 	var out sandboxtest.Buffer
 	// Fields 5 and 8 of /proc/self/stat are the process group and the
@@ -131,7 +131,7 @@ func TestLesson20_ControllingTerminalAndForegroundGroup(t *testing.T) {
 	assert.Equal(t, m[1], m[2], "the session's group is the terminal's foreground group")
 }
 
-func TestLesson21_ResizeNeverDisturbsInput(t *testing.T) {
+func TestResizeNeverDisturbsInput(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
 	var out sandboxtest.Buffer
 	inR, inW := io.Pipe()
@@ -192,7 +192,7 @@ func TestTerminalModesApplied(t *testing.T) {
 	assert.Regexp(t, `(^|\s)iutf8(\s|$)`, out.String())
 }
 
-func TestLesson22_OutputStreamsAndSurvivesKill(t *testing.T) {
+func TestOutputStreamsAndSurvivesKill(t *testing.T) {
 	for _, withPTY := range []bool{false, true} {
 		t.Run(fmt.Sprintf("pty=%v", withPTY), func(t *testing.T) {
 			sb := sandboxtest.Start(t, bwrap.Config{})
@@ -224,7 +224,7 @@ func TestLesson22_OutputStreamsAndSurvivesKill(t *testing.T) {
 	}
 }
 
-func TestLesson25_StdinEOFReachesThePipe(t *testing.T) {
+func TestStdinEOFReachesThePipe(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
 	var out sandboxtest.Buffer
 	s := start(t, ptyrelay.Config{
@@ -237,7 +237,7 @@ func TestLesson25_StdinEOFReachesThePipe(t *testing.T) {
 	assert.Equal(t, "100000\n", out.String())
 }
 
-func TestLesson26_SetupFailuresCarryTheReason(t *testing.T) {
+func TestSetupFailuresCarryTheReason(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
 	var out sandboxtest.Buffer
 	_, err := ptyrelay.Start(ptyrelay.Config{Target: sb.Target, Spec: spec(t, "0", "no-such-program"), Stdout: &out})
@@ -285,7 +285,7 @@ func TestSignalGoesToTheSessionGroup(t *testing.T) {
 	assert.Contains(t, out.String(), "got-term")
 }
 
-func TestLesson47_KillTakesTheWholeTree(t *testing.T) {
+func TestKillTakesTheWholeTree(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
 	var out sandboxtest.Buffer
 	s := start(t, ptyrelay.Config{
@@ -324,10 +324,11 @@ func substratePIDsOf(t *testing.T, prefix string) []int {
 	return out
 }
 
-// TestLesson43_BackgroundOutlivesItsSession pins that a session ends at its
+// TestBackgroundChildOutlivesItsSession pins that a session ends at its
 // leader's exit even while a background child holds stdout, and that the
-// child keeps running (and writing) afterwards.
-func TestLesson43_BackgroundOutlivesItsSession(t *testing.T) {
+// child keeps running (and writing) afterwards
+// (docs/failures.md#background-processes-outlive-their-command).
+func TestBackgroundChildOutlivesItsSession(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
 	dir := t.TempDir()
 	var left ptyrelay.Leftovers
@@ -348,13 +349,14 @@ func TestLesson43_BackgroundOutlivesItsSession(t *testing.T) {
 	require.Eventually(t, func() bool { return left.Len() == 0 }, 5*time.Second, 10*time.Millisecond)
 }
 
-// TestLesson24_OrphansNeverReachTheDaemon pins what makes the daemon's PID-1
+// TestOrphansNeverReachTheDaemon pins what makes the daemon's PID-1
 // reaper safe: a session's command is reaped by its own join.Cmd, and
 // whatever a session orphans is re-parented inside the sandbox, to its pid 1,
 // never to the daemon. So a reaper that only reaps processes it did not
 // start (a separate init process, or one that skips known children) can
-// never take a session's status.
-func TestLesson24_OrphansNeverReachTheDaemon(t *testing.T) {
+// never take a session's status
+// (docs/failures.md#reaper-never-takes-a-session-exit-status).
+func TestOrphansNeverReachTheDaemon(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
 	// Make the test process the subreaper a container's PID 1 would be.
 	require.NoError(t, unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))

@@ -27,9 +27,9 @@ func (w *slowWriter) Write(p []byte) (int, error) {
 	return w.Buffer.Write(p)
 }
 
-// Lesson 22: nothing the command printed before it exited is lost, however
-// late the relay gets to it.
-func TestLesson22_OutputWrittenBeforeExitSurvivesAStarvedRelay(t *testing.T) {
+// Nothing the command printed before it exited is lost, however late the
+// relay gets to it (docs/failures.md#output-streams-and-survives-a-timeout).
+func TestOutputWrittenBeforeExitSurvivesAStarvedRelay(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
 	u, err := idmap.Lookup("/", "0")
 	require.NoError(t, err)

@@ -70,8 +70,9 @@ func (c *conn) forward(nch ssh.NewChannel) {
 	upDone := make(chan struct{})
 	go func() {
 		defer close(upDone)
-		// Each direction closes on its own EOF (lesson 38): a client that
-		// sent its whole request still gets the whole answer.
+		// Each direction closes on its own EOF
+		// (docs/failures.md#relays-close-each-direction-on-its-own): a client
+		// that sent its whole request still gets the whole answer.
 		io.Copy(tc, ch)
 		if cw, ok := tc.(interface{ CloseWrite() error }); ok {
 			cw.CloseWrite()

@@ -205,7 +205,9 @@ func (a AgentKey) Authorized() AuthorizedKey {
 }
 
 // GenerateAgentKey returns the agent key pair kept in dir (the harness dir,
-// which the sandbox cannot see: lesson 12), creating it on first use.
+// which the sandbox cannot see:
+// docs/failures.md#key-material-never-inside-the-sandbox), creating it on
+// first use.
 func GenerateAgentKey(dir string) (AgentKey, error) {
 	privPath := filepath.Join(dir, "agent_ed25519")
 	data, err := os.ReadFile(privPath)

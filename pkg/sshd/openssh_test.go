@@ -270,9 +270,10 @@ func TestSCPAndSFTP50MBAsNonRootAgent(t *testing.T) {
 	assert.Equal(t, want, sha(t, back))
 }
 
-// TestLesson23_ExitStatusBeforeEOF reads OpenSSH's own trace of what it
-// received, in order: exit-status, then EOF, then close.
-func TestLesson23_ExitStatusBeforeEOF(t *testing.T) {
+// TestOpenSSHSeesExitStatusBeforeEOF reads OpenSSH's own trace of what it
+// received, in order: exit-status, then EOF, then close
+// (docs/failures.md#exit-status-before-eof-and-close).
+func TestOpenSSHSeesExitStatusBeforeEOF(t *testing.T) {
 	requireTool(t, "ssh", "openssh-client")
 	ts := startServer(t, options{})
 	for _, tty := range []bool{false, true} {

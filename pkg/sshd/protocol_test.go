@@ -30,11 +30,12 @@ func TestExitSignalCarriesTheName(t *testing.T) {
 	assert.Equal(t, 128+11, code)
 }
 
-// TestLesson23_ExitStatusBeforeEOFRaw pins the order on the raw channel:
+// TestExitStatusBeforeEOFOnTheRawChannel pins the order on the raw channel:
 // by the time the data stream reports EOF, exit-status has already been
 // queued (the client's mux handles packets in order), and the request
-// stream ends (close) only after it.
-func TestLesson23_ExitStatusBeforeEOFRaw(t *testing.T) {
+// stream ends (close) only after it
+// (docs/failures.md#exit-status-before-eof-and-close).
+func TestExitStatusBeforeEOFOnTheRawChannel(t *testing.T) {
 	ts := startServer(t, options{})
 	c := ts.client(t, ts.agentSign)
 	for range 20 {
@@ -62,7 +63,7 @@ func TestLesson23_ExitStatusBeforeEOFRaw(t *testing.T) {
 	}
 }
 
-func TestLesson19_PTYRequestGivesATerminal(t *testing.T) {
+func TestPTYRequestGivesATerminal(t *testing.T) {
 	ts := startServer(t, options{})
 	c := ts.client(t, ts.agentSign)
 	s, err := c.NewSession()
@@ -74,7 +75,7 @@ func TestLesson19_PTYRequestGivesATerminal(t *testing.T) {
 	assert.Regexp(t, `^isatty\r\n43 132\r\nTERM=xterm-256color\r\n/dev/pts/\d+\r\n$`, string(out))
 }
 
-func TestLesson20_DevTTYAndForegroundGroup(t *testing.T) {
+func TestDevTTYAndForegroundGroup(t *testing.T) {
 	ts := startServer(t, options{})
 	c := ts.client(t, ts.agentSign)
 	s, err := c.NewSession()
@@ -90,7 +91,7 @@ func TestLesson20_DevTTYAndForegroundGroup(t *testing.T) {
 	assert.Equal(t, pgrp, tpgid)
 }
 
-func TestLesson21_WindowChangeNeverEndsInput(t *testing.T) {
+func TestWindowChangeNeverEndsInput(t *testing.T) {
 	ts := startServer(t, options{})
 	c := ts.client(t, ts.agentSign)
 	s, err := c.NewSession()
@@ -112,7 +113,7 @@ func TestLesson21_WindowChangeNeverEndsInput(t *testing.T) {
 	}
 }
 
-func TestLesson22_TimeoutDeliversWhatWasPrinted(t *testing.T) {
+func TestTimeoutDeliversWhatWasPrinted(t *testing.T) {
 	ts := startServer(t, options{timeout: 1500 * time.Millisecond})
 	c := ts.client(t, ts.agentSign)
 	begin := time.Now()
@@ -122,12 +123,13 @@ func TestLesson22_TimeoutDeliversWhatWasPrinted(t *testing.T) {
 	assert.Contains(t, errOut, "session timeout")
 	assert.Equal(t, 1000, strings.Count(out, "\n"))
 	assert.True(t, strings.HasSuffix(out, "line-999\n"))
-	// Lesson 47: the whole tree went, not only the leader.
+	// The whole tree went, not only the leader
+	// (docs/failures.md#timeout-kills-the-whole-tree).
 	require.Eventually(t, func() bool { return len(procsOf("sleep 100")) == 0 }, 5*time.Second, 20*time.Millisecond,
 		"timed-out session left %v", procsOf("sleep 100"))
 }
 
-func TestLesson24_ExitStatusesExactUnderLoad(t *testing.T) {
+func TestExitStatusesExactUnderLoad(t *testing.T) {
 	ts := startServer(t, options{})
 	c := ts.client(t, ts.agentSign)
 	var wg sync.WaitGroup
@@ -142,7 +144,7 @@ func TestLesson24_ExitStatusesExactUnderLoad(t *testing.T) {
 	wg.Wait()
 }
 
-func TestLesson25_StdinEOFEndsHeredocs(t *testing.T) {
+func TestStdinEOFEndsHeredocs(t *testing.T) {
 	ts := startServer(t, options{})
 	c := ts.client(t, ts.agentSign)
 	s, err := c.NewSession()
@@ -154,7 +156,7 @@ func TestLesson25_StdinEOFEndsHeredocs(t *testing.T) {
 	assert.Equal(t, "50000\n", string(out))
 }
 
-func TestLesson26_SetupFailureIsReportedWithTheReason(t *testing.T) {
+func TestSetupFailureIsReportedWithTheReason(t *testing.T) {
 	ts := startServer(t, options{dir: "/no/such/workdir"})
 	c := ts.client(t, ts.agentSign)
 	_, errOut, code, _ := output(t, c, "true")
@@ -181,7 +183,7 @@ func TestCommandNotFoundIsTheShells127(t *testing.T) {
 	assert.Contains(t, errOut, "not found")
 }
 
-func TestLesson43_BackgroundProcessSurvivesItsSession(t *testing.T) {
+func TestBackgroundProcessSurvivesItsSession(t *testing.T) {
 	ts := startServer(t, options{})
 	c := ts.client(t, ts.agentSign)
 	begin := time.Now()

@@ -7,17 +7,21 @@
 // sandbox goes through pkg/ptyrelay and pkg/join, so nothing here decides
 // what a session can see. What this package decides is the protocol: which
 // requests are honoured, in which order replies and statuses go out
-// (exit-status before EOF and close: lesson 23), and when a session's
+// (exit-status before EOF and close:
+// docs/failures.md#exit-status-before-eof-and-close), and when a session's
 // processes are ended:
 //
-//   - the command exits: its background processes live on (lesson 43);
+//   - the command exits: its background processes live on
+//     (docs/failures.md#background-processes-outlive-their-command);
 //   - the client disconnects (or closes the channel) first: the session's
 //     process group gets SIGHUP, then SIGKILL after HangupGrace. Processes
 //     that left the group (setsid, a shell's background jobs under job
 //     control) survive, as they do under sshd;
 //   - SessionTimeout elapses: the whole tree is frozen and killed, the output
 //     printed so far is delivered, and the client gets exit-status 124 and a
-//     line on stderr saying why (lessons 22 and 47).
+//     line on stderr saying why
+//     (docs/failures.md#output-streams-and-survives-a-timeout,
+//     docs/failures.md#timeout-kills-the-whole-tree).
 //
 // Choices that differ from OpenSSH's sshd, on purpose:
 //
@@ -35,7 +39,7 @@
 //   - tcpip-forward (ssh -R) is refused: nothing in the sandbox may listen
 //     on the substrate's network.
 //   - A pty session ignores the client's EOF, as sshd does; a pipe session
-//     passes it on (lesson 25).
+//     passes it on (docs/failures.md#stdin-eof-reaches-the-command).
 package sshd
 
 import (

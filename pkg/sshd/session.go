@@ -215,7 +215,7 @@ func (ss *session) isStarted() bool {
 // start runs exec, shell or subsystem. Only one may run per channel. Once
 // the request is accepted, any failure to set the command up is reported on
 // the channel — the reason on stderr and an exit status — rather than by a
-// bare refusal (lesson 26).
+// bare refusal (docs/failures.md#setup-failures-carry-the-reason).
 func (ss *session) start(req *ssh.Request) {
 	var command, subsystem string
 	switch req.Type {
@@ -374,7 +374,8 @@ func (ss *session) start(req *ssh.Request) {
 }
 
 // wait follows a started command to its end and reports it: all output,
-// then exit-status or exit-signal, then EOF, then close (lesson 23).
+// then exit-status or exit-signal, then EOF, then close
+// (docs/failures.md#exit-status-before-eof-and-close).
 func (ss *session) wait(relay *ptyrelay.Session) {
 	var timeout <-chan time.Time
 	if d := ss.c.s.cfg.SessionTimeout; d > 0 {
@@ -459,7 +460,7 @@ func (ss *session) finish(e exitInfo, ended string) {
 }
 
 // fail reports a session that could not start: the reason on stderr, then
-// the exit status (lesson 26).
+// the exit status (docs/failures.md#setup-failures-carry-the-reason).
 func (ss *session) fail(code int, msg string) {
 	ss.c.log.Warn("ssh session could not start", "id", ss.rec.ID, "err", msg)
 	ss.writeErr("sandboxd: " + msg)

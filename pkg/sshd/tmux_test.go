@@ -12,8 +12,9 @@ import (
 // TestTerminusStyleTmux drives the sandbox as Terminal-Bench's Terminus
 // agent does: a detached tmux session started by one command, keystrokes
 // sent by later ones, the screen read back with capture-pane. The tmux
-// server started by the first session must outlive it (lesson 43), and a
-// 20 KB command must arrive whole.
+// server started by the first session must outlive it
+// (docs/failures.md#background-processes-outlive-their-command), and a 20 KB
+// command must arrive whole.
 func TestTerminusStyleTmux(t *testing.T) {
 	requireTool(t, "ssh", "openssh-client")
 	requireTool(t, "tmux", "tmux")

@@ -278,10 +278,11 @@ func TestHolderKilledMidSession(t *testing.T) {
 	assert.True(t, os.IsNotExist(err), "the control socket is gone")
 }
 
-// Lessons 48 and 60: SIGTERM (docker stop) and, separately, SIGKILL: no
-// process of the sandbox survives either, the verifier of a grading in
-// flight included, and a serve started after the SIGKILL starts cleanly on
-// the same harness dir.
+// SIGTERM (docker stop) and, separately, SIGKILL: no process of the sandbox
+// survives either, the verifier of a grading in flight included, and a serve
+// started after the SIGKILL starts cleanly on the same harness dir
+// (docs/failures.md#stop-leaves-nothing-behind,
+// docs/failures.md#verifier-children-end-with-it).
 func TestDaemonSignals(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
