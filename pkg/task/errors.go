@@ -38,7 +38,7 @@ func (p Pos) String() string {
 type FieldError struct {
 	Pos
 	Msg string // what is wrong and what to do about it
-	Err error  // the underlying cause (a toml.ParseError, an fs error), if any
+	Err error  // the underlying cause (a TOML decoder error, an fs error), if any
 }
 
 // Error reports the position and the message.

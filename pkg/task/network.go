@@ -43,12 +43,12 @@ func readPolicy(t *table) policy {
 			pol.mode = m
 		default:
 			modeOK = false
-			t.d.fail(t.at.child("network_mode"), `%q is not a network mode: write "public", "no-network" or "allowlist"`, s)
+			t.d.fail(t.at.Child("network_mode"), `%q is not a network mode: write "public", "no-network" or "allowlist"`, s)
 		}
 	}
 	hosts, hostsSet := t.strings("allowed_hosts", `["pypi.org", "*.pythonhosted.org"]`)
 	hostsOK := true
-	hp := t.at.child("allowed_hosts")
+	hp := t.at.Child("allowed_hosts")
 	for _, h := range hosts {
 		n, err := normalizeHost(h)
 		if err != nil {
@@ -66,7 +66,7 @@ func readPolicy(t *table) policy {
 	switch {
 	case !modeOK || !hostsOK:
 	case pol.mode == NetworkAllowlist && !hostsSet:
-		t.d.fail(t.at.child("network_mode"), `"allowlist" needs the hosts it admits: add allowed_hosts = ["example.com"], or write network_mode = "no-network"`)
+		t.d.fail(t.at.Child("network_mode"), `"allowlist" needs the hosts it admits: add allowed_hosts = ["example.com"], or write network_mode = "no-network"`)
 	case pol.mode == NetworkAllowlist && len(pol.hosts) == 0:
 		t.d.fail(hp, `an allowlist with no hosts admits nothing: list hosts, or write network_mode = "no-network"`)
 	case pol.mode != NetworkAllowlist && len(hosts) > 0:

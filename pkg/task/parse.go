@@ -94,7 +94,7 @@ func (t *Task) readTop(root *table) {
 	case hasSV:
 		t.SchemaVersion = sv
 		if hasVer && ver != sv {
-			d.warn(keyPath{}.child("version"), "version %q ignored: schema_version %q takes precedence", ver, sv)
+			d.warn(keyPath{}.Child("version"), "version %q ignored: schema_version %q takes precedence", ver, sv)
 		}
 	case hasVer:
 		t.SchemaVersion = ver
@@ -104,7 +104,7 @@ func (t *Task) readTop(root *table) {
 		if !hasSV {
 			key = "version"
 		}
-		d.warn(keyPath{}.child(key), "schema version %q is not one sandboxd knows (%s): keys it does not know are ignored with a warning",
+		d.warn(keyPath{}.Child(key), "schema version %q is not one sandboxd knows (%s): keys it does not know are ignored with a warning",
 			t.SchemaVersion, strings.Join(knownSchemaVersions, ", "))
 	}
 	if s, ok := root.str("source"); ok {
@@ -132,7 +132,7 @@ func readArtifacts(root *table) []Artifact {
 	}
 	var out []Artifact
 	for i, e := range elems {
-		ep := p.elem(i)
+		ep := p.Elem(i)
 		switch a := e.(type) {
 		case string:
 			out = append(out, Artifact{Source: a})
@@ -148,10 +148,10 @@ func readArtifacts(root *table) []Artifact {
 			art.Exclude, _ = tb.strings("exclude", `["*.tmp"]`)
 			art.Service, _ = tb.str("service")
 			if art.Source != "" && slices.Contains(strings.Split(art.Source, "/"), "..") {
-				root.d.fail(ep.child("source"), "must not contain '..': write the path inside the environment")
+				root.d.fail(ep.Child("source"), "must not contain '..': write the path inside the environment")
 			}
 			if art.Destination != "" && (path.IsAbs(art.Destination) || slices.Contains(strings.Split(art.Destination, "/"), "..")) {
-				root.d.fail(ep.child("destination"), "must be a relative path without '..': write a path under the trial's artifacts directory")
+				root.d.fail(ep.Child("destination"), "must be a relative path without '..': write a path under the trial's artifacts directory")
 			}
 			tb.done()
 			out = append(out, art)
@@ -188,14 +188,14 @@ func readInfo(tb *table) Info {
 		case string:
 			in.Authors = append(in.Authors, Author{Name: a})
 		case map[string]any:
-			at := &table{d: tb.d, at: p.elem(i), m: a, used: map[string]bool{}}
+			at := &table{d: tb.d, at: p.Elem(i), m: a, used: map[string]bool{}}
 			var au Author
 			au.Name, _ = at.str("name")
 			au.Email, _ = at.str("email")
 			at.done()
 			in.Authors = append(in.Authors, au)
 		default:
-			tb.d.fail(p.elem(i), `each author is a table, not %s: write {name = "Jane Doe", email = "jane@example.com"}`, tomlType(e))
+			tb.d.fail(p.Elem(i), `each author is a table, not %s: write {name = "Jane Doe", email = "jane@example.com"}`, tomlType(e))
 		}
 	}
 	return in
@@ -243,10 +243,10 @@ func (t *Task) readVerifier(v *table) {
 		switch mode {
 		case "shared":
 		case "separate":
-			v.d.unsupported(v.at.child("environment_mode"), "a separate verifier environment",
+			v.d.unsupported(v.at.Child("environment_mode"), "a separate verifier environment",
 				"sandboxd grades inside the agent's sandbox, as Harbor's shared mode does; remove environment_mode or write \"shared\"")
 		default:
-			v.d.fail(v.at.child("environment_mode"), `%q is not a verifier environment mode: write "shared"`, mode)
+			v.d.fail(v.at.Child("environment_mode"), `%q is not a verifier environment mode: write "shared"`, mode)
 		}
 	}
 	if v.has("environment") {
@@ -267,7 +267,7 @@ func (t *Task) readEnvironment(env *table) {
 		return
 	}
 	d := env.d
-	at := env.at.child
+	at := env.at.Child
 
 	if dur, ok := env.seconds("build_timeout_sec", false, "600"); ok {
 		e.BuildTimeout = dur
@@ -353,7 +353,7 @@ func readSize(env *table, mbKey, legacyKey, mbExample, legacyExample string) int
 	var mb int64
 	if n, ok := env.integer(mbKey, mbExample); ok {
 		if n <= 0 {
-			d.fail(env.at.child(mbKey), "must be more than 0, not %d: write %s = %s", n, mbKey, mbExample)
+			d.fail(env.at.Child(mbKey), "must be more than 0, not %d: write %s = %s", n, mbKey, mbExample)
 		} else {
 			mb = n
 		}
@@ -362,7 +362,7 @@ func readSize(env *table, mbKey, legacyKey, mbExample, legacyExample string) int
 	if !ok {
 		return mb
 	}
-	lp := env.at.child(legacyKey)
+	lp := env.at.Child(legacyKey)
 	legacy, err := parseSize(s)
 	if err != nil {
 		d.fail(lp, "%q is not a size: %v; write %s = %s or %s = %s", s, err, legacyKey, legacyExample, mbKey, mbExample)
@@ -419,7 +419,7 @@ func readHealthcheck(hc *table) *Healthcheck {
 	if cmd, ok := hc.str("command"); ok && strings.TrimSpace(cmd) != "" {
 		h.Command = cmd
 	} else if !hc.has("command") || ok {
-		hc.d.fail(hc.at.child("command"), `a healthcheck needs a command: write command = "curl -fsS localhost:8080/health"`)
+		hc.d.fail(hc.at.Child("command"), `a healthcheck needs a command: write command = "curl -fsS localhost:8080/health"`)
 	}
 	if v, ok := hc.seconds("interval_sec", false, "5"); ok {
 		h.Interval = v
@@ -435,7 +435,7 @@ func readHealthcheck(hc *table) *Healthcheck {
 	}
 	if n, ok := hc.integer("retries", "3"); ok {
 		if n < 1 {
-			hc.d.fail(hc.at.child("retries"), "must be 1 or more, not %d: write retries = 3", n)
+			hc.d.fail(hc.at.Child("retries"), "must be 1 or more, not %d: write retries = 3", n)
 		} else {
 			h.Retries = n
 		}

@@ -38,7 +38,7 @@ func ParseSandboxd(name string, data []byte) (*Sandboxd, []string, error) {
 	}
 	root := d.root()
 	sb := &Sandboxd{}
-	at := root.at.child
+	at := root.at.Child
 
 	if l, ok := root.str("listen"); ok {
 		if err := checkHostPort(l); err != "" {
@@ -80,7 +80,7 @@ func ParseSandboxd(name string, data []byte) (*Sandboxd, []string, error) {
 				continue
 			}
 			if seen[p.Name] {
-				d.fail(pt.at.child("name"), "peer %q is declared twice: give each peer its own name", p.Name)
+				d.fail(pt.at.Child("name"), "peer %q is declared twice: give each peer its own name", p.Name)
 				continue
 			}
 			seen[p.Name] = true
@@ -119,7 +119,7 @@ func ParseSandboxd(name string, data []byte) (*Sandboxd, []string, error) {
 
 func readPeer(pt *table) Peer {
 	d := pt.d
-	at := pt.at.child
+	at := pt.at.Child
 	var p Peer
 	if n, ok := pt.str("name"); ok {
 		if n = strings.ToLower(n); !validPeerName(n) {
