@@ -6,6 +6,8 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"strings"
+
+	"github.com/sandboxd/sandboxd/pkg/egress/internal/http1"
 )
 
 // fixedGrant is the plain proxy's grant: its one policy, if the token fits.
@@ -17,8 +19,8 @@ func (p *Proxy) fixedGrant(token string) (grant, bool) {
 }
 
 // proxyToken extracts the credential of a Proxy-Authorization field.
-func proxyToken(h header) string {
-	scheme, cred, _ := strings.Cut(strings.Trim(h.get("Proxy-Authorization"), " \t"), " ")
+func proxyToken(h http1.Header) string {
+	scheme, cred, _ := strings.Cut(strings.Trim(h.Get("Proxy-Authorization"), " \t"), " ")
 	cred = strings.Trim(cred, " \t")
 	switch strings.ToLower(scheme) {
 	case "bearer":

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/netip"
 	"time"
+
+	"github.com/sandboxd/sandboxd/pkg/egress/internal/http1"
 )
 
 // refusal is a request the policy refuses (403) or could not carry out (502).
@@ -101,10 +103,10 @@ func (s *Proxy) checkAddr(pol Policy, a netip.Addr) error {
 
 // decide connects for req and records the decision; on refusal it answers
 // the client and returns nil.
-func (c *clientConn) decide(ctx context.Context, g grant, req *request) (net.Conn, netip.AddrPort) {
+func (c *clientConn) decide(ctx context.Context, g grant, req *http1.Request) (net.Conn, netip.AddrPort) {
 	s := c.s
-	conn, ap, err := s.connect(ctx, g.policy, req.host, req.port)
-	e := event{kind: "decision", label: s.Label, client: c.client, method: req.method, host: req.host, port: req.port, addr: ap}
+	conn, ap, err := s.connect(ctx, g.policy, req.Host, req.Port)
+	e := event{kind: "decision", label: s.Label, client: c.client, method: req.Method, host: req.Host, port: req.Port, addr: ap}
 	if err != nil {
 		var r *refusal
 		errors.As(err, &r)
@@ -113,7 +115,7 @@ func (c *clientConn) decide(ctx context.Context, g grant, req *request) (net.Con
 			e.verdict = "error"
 		}
 		s.Audit.record(e)
-		s.Log.Info("egress: refused", "proxy", s.Label, "client", c.client, "method", req.method, "host", req.host, "port", req.port, "err", err)
+		s.Log.Info("egress: refused", "proxy", s.Label, "client", c.client, "method", req.Method, "host", req.Host, "port", req.Port, "err", err)
 		writeRefusal(c.bw, r.status, r.tag, r.msg)
 		return nil, ap
 	}

@@ -18,8 +18,8 @@
 //   - [ProxyEnv] and [AptProxyConfig] tell the sandbox's programs where the
 //     proxy is, and [Audit] records every decision.
 //
-// The proxy writes its own HTTP/1.1 framing instead of using net/http: it must
-// refuse ambiguous framing (request smuggling), drop every hop-by-hop header
-// in both directions, and validate an upstream response completely before it
-// writes a byte of it to the client.
+// The proxy speaks HTTP/1.1 through its own codec, internal/http1, instead of
+// net/http: it must refuse ambiguous framing (request smuggling), drop every
+// hop-by-hop header in both directions, and validate an upstream response
+// completely before it writes a byte of it to the client.
 package egress

@@ -10,23 +10,23 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/sandboxd/sandboxd/pkg/egress/internal/http1"
 )
 
 // forward carries out one plain-HTTP exchange and reports whether the
 // client connection may carry another.
-func (c *clientConn) forward(ctx context.Context, g grant, req *request) bool {
+func (c *clientConn) forward(ctx context.Context, g grant, req *http1.Request) bool {
 	start := time.Now()
-	key := g.key + "\x00" + req.authority
+	key := g.key + "\x00" + req.Authority
 	if c.up != nil && c.up.key != key {
 		c.dropUpstream()
 	}
 	reused := c.up != nil
 	if reused {
-		c.s.Audit.record(event{kind: "decision", label: c.s.Label, client: c.client, method: req.method, host: req.host, port: req.port,
+		c.s.Audit.record(event{kind: "decision", label: c.s.Label, client: c.client, method: req.Method, host: req.Host, port: req.Port,
 			addr: c.up.addr, verdict: "allow", reason: "kept-alive connection"})
 	} else {
 		conn, ap := c.decide(ctx, g, req)
@@ -50,7 +50,7 @@ func (c *clientConn) forward(ctx context.Context, g grant, req *request) bool {
 	if !keep {
 		c.dropUpstream()
 	}
-	c.s.Audit.record(event{kind: "close", label: c.s.Label, client: c.client, method: req.method, host: req.host, port: req.port,
+	c.s.Audit.record(event{kind: "close", label: c.s.Label, client: c.client, method: req.Method, host: req.Host, port: req.Port,
 		addr: x.addr, status: x.status, up: x.up, down: x.down, elapsed: time.Since(start), reason: x.reason})
 	return x.clientKeep
 }
@@ -58,13 +58,13 @@ func (c *clientConn) forward(ctx context.Context, g grant, req *request) bool {
 func (c *clientConn) setUpstream(key string, conn net.Conn, ap netip.AddrPort) {
 	ic := &idleConn{Conn: conn, idle: c.s.IdleTimeout, act: c.act}
 	c.up = &upstream{key: key, raw: conn, addr: ap,
-		br: bufio.NewReaderSize(ic, readBufSize), bw: bufio.NewWriterSize(ic, readBufSize)}
+		br: bufio.NewReaderSize(ic, http1.BufSize), bw: bufio.NewWriterSize(ic, http1.BufSize)}
 }
 
 // exchange is one request and its response on a client connection.
 type exchange struct {
 	c          *clientConn
-	req        *request
+	req        *http1.Request
 	start      time.Time
 	addr       netip.AddrPort
 	status     int
@@ -81,10 +81,10 @@ func (x *exchange) run(grantCtx context.Context, reused bool) (keep, retry bool)
 	x.addr = up.addr
 	stop := context.AfterFunc(grantCtx, func() { c.raw.Close(); up.raw.Close() }) // a visit's end ends its exchanges
 	defer stop()
-	out := req.body
-	writeRequestHead(up.bw, req, out)
+	out := req.Body
+	http1.WriteRequestHead(up.bw, req, out)
 	if err := up.bw.Flush(); err != nil {
-		if reused && req.body.kind == noBody {
+		if reused && req.Body.Kind == http1.NoBody {
 			return false, true
 		}
 		x.fail(502, "upstream-failed", "the upstream server closed the connection", err)
@@ -94,10 +94,10 @@ func (x *exchange) run(grantCtx context.Context, reused bool) (keep, retry bool)
 	// The body goes up in its own goroutine while the response is awaited,
 	// so that an upstream that answers early (or sends 100 Continue) works.
 	bodyDone := make(chan error, 1)
-	bodyFinished := req.body.kind == noBody
+	bodyFinished := req.Body.Kind == http1.NoBody
 	if !bodyFinished {
 		go func() {
-			n, rerr, werr := copyBody(up.bw, bodyReader(c.br, req.body), out)
+			n, rerr, werr := http1.CopyBody(up.bw, http1.BodyReader(c.br, req.Body), out)
 			x.up = n
 			if rerr != nil {
 				bodyDone <- rerr
@@ -116,18 +116,18 @@ func (x *exchange) run(grantCtx context.Context, reused bool) (keep, retry bool)
 		}
 	}()
 
-	var resp *response
+	var resp *http1.Response
 	var err error
 	for {
-		resp, err = readResponse(up.br, req.method)
+		resp, err = http1.ReadResponse(up.br, req.Method)
 		if err != nil {
 			break
 		}
-		if resp.status >= 200 || resp.status == 101 {
+		if resp.Status >= 200 || resp.Status == 101 {
 			break
 		}
-		if !req.http10 { // interim responses (100 Continue, 103) go through
-			writeHead(c.bw, resp, resp.header.endToEnd(), framing{kind: noBody})
+		if !req.HTTP10 { // interim responses (100 Continue, 103) go through
+			http1.WriteResponseHead(c.bw, resp, resp.Header.EndToEnd(), http1.Framing{Kind: http1.NoBody})
 			if c.bw.Flush() != nil {
 				return false, false
 			}
@@ -138,59 +138,59 @@ func (x *exchange) run(grantCtx context.Context, reused bool) (keep, retry bool)
 			select {
 			case berr := <-bodyDone:
 				bodyFinished = true
-				var pe *protoError
+				var pe *http1.Error
 				if errors.As(berr, &pe) {
-					x.fail(400, "bad-request", pe.reason, berr)
+					x.fail(400, "bad-request", pe.Reason, berr)
 					return false, false
 				}
 			default:
 			}
 		}
-		var pe *protoError
+		var pe *http1.Error
 		if errors.As(err, &pe) {
-			x.fail(502, "bad-upstream-response", pe.reason, err)
+			x.fail(502, "bad-upstream-response", pe.Reason, err)
 			return false, false
 		}
-		if reused && req.body.kind == noBody && errors.Is(err, io.EOF) {
+		if reused && req.Body.Kind == http1.NoBody && errors.Is(err, io.EOF) {
 			return false, true
 		}
 		x.fail(502, "upstream-failed", "the upstream server closed the connection before responding", err)
 		return false, false
 	}
-	x.status = resp.status
+	x.status = resp.Status
 
-	if resp.status == 101 {
+	if resp.Status == 101 {
 		x.upgrade(resp)
 		return false, false
 	}
 
 	// How the body reaches the client: its length if known, else chunked,
 	// else (HTTP/1.0 client) until close.
-	toClient := resp.body
-	if toClient.kind == chunked || toClient.kind == byClose {
-		toClient.kind = chunked
-		if req.http10 {
-			toClient.kind = byClose
+	toClient := resp.Body
+	if toClient.Kind == http1.Chunked || toClient.Kind == http1.ByClose {
+		toClient.Kind = http1.Chunked
+		if req.HTTP10 {
+			toClient.Kind = http1.ByClose
 		}
 	}
-	x.clientKeep = !req.close && toClient.kind != byClose
-	fields := resp.header.endToEnd()
-	if resp.body.kind != noBody {
-		fields = resp.header.endToEnd("Content-Length")
+	x.clientKeep = !req.Close && toClient.Kind != http1.ByClose
+	fields := resp.Header.EndToEnd()
+	if resp.Body.Kind != http1.NoBody {
+		fields = resp.Header.EndToEnd("Content-Length")
 	}
-	writeHead(c.bw, resp, fields, toClient)
+	http1.WriteResponseHead(c.bw, resp, fields, toClient)
 	if !x.clientKeep {
 		c.bw.WriteString("Connection: close\r\n")
-	} else if req.http10 {
+	} else if req.HTTP10 {
 		c.bw.WriteString("Connection: keep-alive\r\n")
 	}
 	c.bw.WriteString("\r\n")
 	var n int64
 	var rerr, werr error
-	if resp.body.kind == byLength {
-		n, rerr, werr = spliceBody(c.bw, c.raw, up.br, up.raw, resp.body.length, c.s.IdleTimeout, c.act)
+	if resp.Body.Kind == http1.ByLength {
+		n, rerr, werr = spliceBody(c.bw, c.raw, up.br, up.raw, resp.Body.Length, c.s.IdleTimeout, c.act)
 	} else {
-		n, rerr, werr = copyBody(c.bw, bodyReader(up.br, resp.body), toClient)
+		n, rerr, werr = http1.CopyBody(c.bw, http1.BodyReader(up.br, resp.Body), toClient)
 	}
 	x.down = n
 	if werr == nil {
@@ -217,26 +217,26 @@ func (x *exchange) run(grantCtx context.Context, reused bool) (keep, retry bool)
 			return false, false
 		}
 	}
-	return !resp.close, false
+	return !resp.Close, false
 }
 
 // fail answers the client with an error status, if nothing of the response
 // has been written yet.
 func (x *exchange) fail(status int, tag, msg string, err error) {
 	x.status, x.reason, x.clientKeep = status, tag+": "+err.Error(), false
-	x.c.s.Log.Info("egress: exchange failed", "proxy", x.c.s.Label, "client", x.c.client, "host", x.req.host, "status", status, "err", err)
+	x.c.s.Log.Info("egress: exchange failed", "proxy", x.c.s.Label, "client", x.c.client, "host", x.req.Host, "status", status, "err", err)
 	writeRefusal(x.c.bw, status, tag, msg)
 }
 
 // upgrade relays a 101 for a WebSocket handshake and then splices both
 // connections; any other 101 is refused.
-func (x *exchange) upgrade(resp *response) {
+func (x *exchange) upgrade(resp *http1.Response) {
 	c, up := x.c, x.c.up
-	if !x.req.websocket || !strings.EqualFold(strings.Trim(resp.header.get("Upgrade"), " \t"), "websocket") {
+	if !x.req.Websocket || !strings.EqualFold(strings.Trim(resp.Header.Get("Upgrade"), " \t"), "websocket") {
 		x.fail(502, "bad-upstream-response", "upstream switched protocols without being asked for websocket", errors.New("unexpected 101"))
 		return
 	}
-	writeHead(c.bw, resp, resp.header.endToEnd(), framing{kind: noBody})
+	http1.WriteResponseHead(c.bw, resp, resp.Header.EndToEnd(), http1.Framing{Kind: http1.NoBody})
 	c.bw.WriteString("Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
 	if c.bw.Flush() != nil {
 		return
@@ -258,22 +258,11 @@ func (x *exchange) upgrade(resp *response) {
 	x.up, x.down = relay(context.Background(), c.raw, up.raw, c.s.IdleTimeout)
 }
 
-// writeHead writes a status line and fields, without the final CRLF unless
-// the message is interim (1xx).
-func writeHead(w *bufio.Writer, resp *response, fields header, f framing) {
-	w.WriteString("HTTP/1.1 " + strconv.Itoa(resp.status) + " " + resp.reason + "\r\n")
-	writeFields(w, fields)
-	writeFraming(w, f)
-	if resp.status < 200 && resp.status != 101 {
-		w.WriteString("\r\n")
-	}
-}
-
 // spliceBody relays a response body of known length the way CONNECT relays
 // a tunnel: first what the upstream's reader already holds, through the
 // client's writer, then straight from one TCP connection to the other, which
 // Go does with splice(2), so that no byte of a large download is copied
-// through the proxy's memory (copyBody moves every byte through user space).
+// through the proxy's memory (CopyBody moves every byte through user space).
 // Idleness is watched with read deadlines only, as in relay: a deadline on
 // the write side would make the kernel drop what the splice holds.
 func spliceBody(dst *bufio.Writer, dstRaw net.Conn, src *bufio.Reader, srcRaw net.Conn, length int64, idle time.Duration, act *activity) (n int64, rerr, werr error) {
@@ -307,47 +296,4 @@ func spliceBody(dst *bufio.Writer, dstRaw net.Conn, src *bufio.Reader, srcRaw ne
 		}
 	}
 	return n, nil, nil
-}
-
-// bodyBuffers are copyBody's buffers, reused: a fresh 32 KiB for every
-// response, however small, was most of what the proxy allocated on runs of
-// small requests, and the collections it caused were their p99.
-var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-// copyBody moves a de-framed body from src into dst under framing out and
-// flushes; it tells read errors (the sender's fault) from write errors.
-func copyBody(dst *bufio.Writer, src io.Reader, out framing) (n int64, rerr, werr error) {
-	var w io.Writer = dst
-	if out.kind == chunked {
-		w = chunkedWriter{dst}
-	}
-	bufp := bodyBuffers.Get().(*[]byte)
-	defer bodyBuffers.Put(bufp)
-	buf := *bufp
-	for {
-		m, err := src.Read(buf)
-		if m > 0 {
-			if _, werr = w.Write(buf[:m]); werr != nil {
-				return n, nil, werr
-			}
-			n += int64(m)
-			if m < len(buf) { // the sender paused: pass on what came
-				if werr = dst.Flush(); werr != nil {
-					return n, nil, werr
-				}
-			}
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return n, err, nil
-		}
-	}
-	if out.kind == chunked {
-		if werr = (chunkedWriter{dst}).Close(); werr != nil {
-			return n, nil, werr
-		}
-	}
-	return n, nil, dst.Flush()
 }

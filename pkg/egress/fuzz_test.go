@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/pkg/egress/internal/http1"
 )
 
 // smugglingSeeds are request shapes that front-end/back-end disagreements
@@ -48,32 +50,32 @@ func FuzzReadRequest(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		br := bufio.NewReaderSize(bytes.NewReader(data), readBufSize)
-		req, err := readRequest(br)
+		br := bufio.NewReaderSize(bytes.NewReader(data), http1.BufSize)
+		req, err := http1.ReadRequest(br, NormalizeHost)
 		if err != nil {
 			return
 		}
-		if req.body.kind == byLength && req.body.length > 1<<20 {
+		if req.Body.Kind == http1.ByLength && req.Body.Length > 1<<20 {
 			return // would only read to EOF
 		}
-		body, err := io.ReadAll(bodyReader(br, req.body))
+		body, err := io.ReadAll(http1.BodyReader(br, req.Body))
 		if err != nil {
 			return
 		}
-		for _, f := range req.header {
-			if strings.ContainsAny(f.name+f.value, "\r\n\x00") {
-				t.Fatalf("field %q: %q holds a line break or NUL", f.name, f.value)
+		for _, f := range req.Header {
+			if strings.ContainsAny(f.Name+f.Value, "\r\n\x00") {
+				t.Fatalf("field %q: %q holds a line break or NUL", f.Name, f.Value)
 			}
 		}
-		if req.method == "CONNECT" {
+		if req.Method == "CONNECT" {
 			return
 		}
 		// Forward as the proxy does and parse the result as the upstream
 		// would (in origin form, so turn it back into absolute form).
 		var out bytes.Buffer
 		w := bufio.NewWriter(&out)
-		writeRequestHead(w, req, req.body)
-		_, rerr, werr := copyBody(w, bytes.NewReader(body), req.body)
+		http1.WriteRequestHead(w, req, req.Body)
+		_, rerr, werr := http1.CopyBody(w, bytes.NewReader(body), req.Body)
 		if rerr != nil || werr != nil {
 			t.Fatalf("copy body: %v %v", rerr, werr)
 		}
@@ -81,17 +83,17 @@ func FuzzReadRequest(f *testing.F) {
 		line, rest, _ := strings.Cut(wire, "\r\n")
 		m, path, _ := strings.Cut(line, " ")
 		path = strings.TrimSuffix(path, " HTTP/1.1")
-		again := m + " http://" + req.authority + path + " HTTP/1.1\r\n" + rest
-		br2 := bufio.NewReaderSize(strings.NewReader(again), readBufSize)
-		req2, err := readRequest(br2)
+		again := m + " http://" + req.Authority + path + " HTTP/1.1\r\n" + rest
+		br2 := bufio.NewReaderSize(strings.NewReader(again), http1.BufSize)
+		req2, err := http1.ReadRequest(br2, NormalizeHost)
 		if err != nil {
 			t.Fatalf("forwarded request does not parse: %v\n%q", err, again)
 		}
-		body2, err := io.ReadAll(bodyReader(br2, req2.body))
+		body2, err := io.ReadAll(http1.BodyReader(br2, req2.Body))
 		if err != nil {
 			t.Fatalf("forwarded body does not parse: %v\n%q", err, again)
 		}
-		if req2.method != req.method || req2.host != req.host || req2.port != req.port || req2.path != req.path {
+		if req2.Method != req.Method || req2.Host != req.Host || req2.Port != req.Port || req2.Path != req.Path {
 			t.Fatalf("forwarded request changed target: %+v -> %+v", req, req2)
 		}
 		if !bytes.Equal(body, body2) {

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/sandboxd/sandboxd/pkg/egress/internal/http1"
 )
 
 // Resolver looks up a name's addresses; *net.Resolver satisfies it, and
@@ -194,33 +196,33 @@ func (s *Proxy) serveConn(ctx context.Context, raw net.Conn, t *ticket) {
 	defer raw.Close()
 	defer c.dropUpstream()
 	conn := &idleConn{Conn: raw, idle: s.IdleTimeout, act: c.act}
-	c.br = bufio.NewReaderSize(conn, readBufSize)
-	c.bw = bufio.NewWriterSize(conn, readBufSize)
+	c.br = bufio.NewReaderSize(conn, http1.BufSize)
+	c.bw = bufio.NewWriterSize(conn, http1.BufSize)
 	for first := true; ; first = false {
 		var expire *time.Timer
 		if first {
 			expire = time.AfterFunc(s.HeaderTimeout, func() { raw.Close() })
 		}
-		req, err := readRequest(c.br)
+		req, err := http1.ReadRequest(c.br, NormalizeHost)
 		if expire != nil && !expire.Stop() {
 			return // too slow: the connection is closed already
 		}
 		if err != nil {
-			var pe *protoError
+			var pe *http1.Error
 			if errors.As(err, &pe) {
-				s.Audit.record(event{kind: "decision", label: s.Label, client: c.client, verdict: "deny", reason: "bad-request: " + pe.reason})
-				writeRefusal(c.bw, pe.status, "bad-request", pe.reason)
+				s.Audit.record(event{kind: "decision", label: s.Label, client: c.client, verdict: "deny", reason: "bad-request: " + pe.Reason})
+				writeRefusal(c.bw, pe.Status, "bad-request", pe.Reason)
 			}
 			return
 		}
-		g, ok := s.grant(proxyToken(req.header))
+		g, ok := s.grant(proxyToken(req.Header))
 		if !ok {
-			s.Audit.record(event{kind: "decision", label: s.Label, client: c.client, method: req.method, host: req.host, port: req.port, verdict: "deny", reason: "auth-required"})
+			s.Audit.record(event{kind: "decision", label: s.Label, client: c.client, method: req.Method, host: req.Host, port: req.Port, verdict: "deny", reason: "auth-required"})
 			writeRefusal(c.bw, 407, "auth-required", "this proxy needs a valid token in Proxy-Authorization")
 			return
 		}
 		t.granted()
-		if req.method == "CONNECT" {
+		if req.Method == "CONNECT" {
 			c.tunnel(ctx, g, req)
 			return
 		}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/pkg/egress/internal/http1"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -201,7 +202,7 @@ func TestRequestGrammarIs400(t *testing.T) {
 		{"port zero", "GET http://a.example:0/ HTTP/1.1\r\n\r\n"},
 		{"port too large", "GET http://a.example:65536/ HTTP/1.1\r\n\r\n"},
 		{"TE in HTTP/1.0", "POST http://a.example/ HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
-		{"line too long", "GET http://a.example/" + strings.Repeat("a", readBufSize) + " HTTP/1.1\r\n\r\n"},
+		{"line too long", "GET http://a.example/" + strings.Repeat("a", http1.BufSize) + " HTTP/1.1\r\n\r\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,11 +3,13 @@ package egress
 import (
 	"context"
 	"time"
+
+	"github.com/sandboxd/sandboxd/pkg/egress/internal/http1"
 )
 
 // tunnel carries out CONNECT: a 200, then bytes both ways until both ends
 // are done.
-func (c *clientConn) tunnel(ctx context.Context, g grant, req *request) {
+func (c *clientConn) tunnel(ctx context.Context, g grant, req *http1.Request) {
 	start := time.Now()
 	up, ap := c.decide(ctx, g, req)
 	if up == nil {
@@ -32,6 +34,6 @@ func (c *clientConn) tunnel(ctx context.Context, g grant, req *request) {
 	}
 	c.raw.SetDeadline(time.Time{})
 	ab, ba := relay(ctx, c.raw, up, c.s.IdleTimeout)
-	c.s.Audit.record(event{kind: "close", label: c.s.Label, client: c.client, method: req.method, host: req.host, port: req.port,
+	c.s.Audit.record(event{kind: "close", label: c.s.Label, client: c.client, method: req.Method, host: req.Host, port: req.Port,
 		addr: ap, status: 200, up: early + ab, down: ba, elapsed: time.Since(start)})
 }
