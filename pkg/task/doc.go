@@ -61,7 +61,8 @@
 //	# A substrate service offered inside the sandbox: the sandbox resolves
 //	# `name` (a hosts-file line) and connections to name:port are spliced to
 //	# `target` in the substrate's network. Names are host names, unique, not
-//	# "localhost"; ports 1-65535; target is host:port.
+//	# "localhost"; ports 1-65535; target is host:port. Without a task,
+//	# `serve --peer db:5432=127.0.0.1:15432` declares the same (ParsePeer).
 //	[[peers]]
 //	name = "db"
 //	port = 5432

@@ -1,6 +1,7 @@
 package task
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"path"
@@ -180,4 +181,34 @@ func checkHostPort(s string) string {
 		return "the port must be a number between 1 and 65535"
 	}
 	return ""
+}
+
+// ParsePeer reads a peer as `serve --peer` writes it, NAME:PORT[=TARGET],
+// with the checks a [[peers]] table gets. TARGET defaults to
+// 127.0.0.1:PORT, the daemon's default for a peer without one.
+func ParsePeer(s string) (Peer, error) {
+	spec, target, hasTarget := strings.Cut(strings.TrimSpace(s), "=")
+	example := `write NAME:PORT or NAME:PORT=HOST:PORT, such as "db:5432=127.0.0.1:15432"`
+	i := strings.LastIndexByte(spec, ':')
+	if i < 0 {
+		return Peer{}, fmt.Errorf("peer %q has no port: %s", s, example)
+	}
+	name, port := strings.ToLower(spec[:i]), spec[i+1:]
+	if !validPeerName(name) {
+		return Peer{}, fmt.Errorf("peer %q: %q is not a host name (letters, digits, hyphens, dots; not \"localhost\"): %s", s, name, example)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return Peer{}, fmt.Errorf("peer %q: %q is not a port between 1 and 65535: %s", s, port, example)
+	}
+	if !hasTarget {
+		target = "127.0.0.1:" + port
+	}
+	if msg := checkHostPort(target); msg != "" || strings.HasPrefix(target, ":") {
+		if msg == "" {
+			msg = "it has no host"
+		}
+		return Peer{}, fmt.Errorf("peer %q: target %q is not a substrate address: %s; %s", s, target, msg, example)
+	}
+	return Peer{Name: name, Port: n, Target: target}, nil
 }
