@@ -49,6 +49,7 @@ func (d *Daemon) Grade(ctx context.Context, timeout time.Duration) (grade.Verdic
 		Workdir:    d.cfg.Workdir,
 		Timeout:    timeout,
 		Mask:       d.visitorMasks(),
+		Devices:    d.cfg.Devices,
 		LogsDir:    "/logs/verifier",
 		LogsDirDev: d.logsDev,
 		LogsDirIno: d.logsIno,

@@ -284,3 +284,45 @@ func TestAgentCannotMoveTheWayToTheHarness(t *testing.T) {
 		assert.NoError(t, err)
 	}
 }
+
+// The verifier's /dev is its own, as the sandbox's is: the usual devices, a
+// devpts instance of its own, no disk and no pty of the substrate's (a
+// `docker exec -it` session's, on a bare host the operator's). It shares
+// the sandbox's hostname and IPC namespaces, and gets no descriptor of the
+// daemon's but its output.
+func TestVerifierDevIsItsOwn(t *testing.T) {
+	w := newWorld(t)
+	out := sharedDir(t)
+	// A pty of the substrate's, open while the verifier runs.
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer ptmx.Close()
+	tests := w.tests(t, fmt.Sprintf(`#!/bin/sh
+ls -A /dev | tr '\n' ' ' > %[1]s/dev
+ls -A /dev/pts | tr '\n' ' ' > %[1]s/pts
+ls /proc/self/fd | tr '\n' ' ' > %[1]s/fds
+readlink /proc/self/ns/ipc /proc/self/ns/uts > %[1]s/ns
+echo x > /dev/null && head -c 4 /dev/urandom | wc -c > %[1]s/urandom
+echo 1 > /logs/verifier/reward.txt
+`, out), nil)
+	v := w.grade(t, w.config(t, tests))
+	require.Equal(t, grade.StatusGraded, v.Status, "%s %s", v.Message, v.StdoutTail)
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(out, name))
+		require.NoError(t, err)
+		return strings.TrimSpace(string(b))
+	}
+	dev := strings.Fields(read("dev"))
+	for _, want := range []string{"null", "zero", "full", "random", "urandom", "tty", "pts", "shm", "ptmx", "fd"} {
+		assert.Contains(t, dev, want)
+	}
+	for _, name := range dev {
+		assert.NotRegexp(t, `^(sd|vd|nvme|xvd|loop|mem|kmem|port)`, name, "the verifier sees the substrate's /dev")
+	}
+	assert.Equal(t, "ptmx", read("pts"), "the verifier sees the substrate's ptys")
+	assert.Equal(t, "4", read("urandom"))
+	// 0, 1, 2 and the one ls opens.
+	assert.LessOrEqual(t, len(strings.Fields(read("fds"))), 4, "descriptors of the daemon reached the verifier: %s", read("fds"))
+	want := w.sb.Sh(t, "0", "readlink /proc/self/ns/ipc /proc/self/ns/uts").Stdout
+	assert.Equal(t, strings.TrimSpace(want), read("ns"), "the verifier does not share the sandbox's IPC and hostname")
+}

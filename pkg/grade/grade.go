@@ -37,7 +37,10 @@ type Config struct {
 	// Mask lists more paths the verifier must not see, beside the harness
 	// dir (always masked but for the two binds) and every other marked
 	// harness dir next to it: the task dir under `trial`, host sockets.
-	Mask    []string
+	Mask []string
+	// Devices are the task's devices bound into the verifier's /dev, as
+	// into the sandbox's (bwrap.Config.Devices).
+	Devices []string
 	LogsDir string // the real /logs/verifier, to copy the verdict files into afterwards; "" = do not copy
 	// LogsDirDev and LogsDirIno name the directory LogsDir was when the
 	// daemon started, before the agent could rename its parent and put a
@@ -100,6 +103,7 @@ func Run(ctx context.Context, cfg Config) (Verdict, error) {
 		Verdict:    filepath.Join(ws.dir, "verdict"),
 		Hosts:      cfg.Hosts,
 		Mask:       cfg.Mask,
+		Devices:    cfg.Devices,
 	}
 	spec := join.Spec{User: cfg.User, Env: cfg.Env, Dir: cfg.Workdir, Argv: []string{visit.TestsDir + "/test.sh"}}
 	log.Info("grade: verifier starting", "dir", ws.dir, "uid", cfg.User.UID, "gid", cfg.User.GID, "workdir", cfg.Workdir, "timeout", timeout)

@@ -79,6 +79,9 @@ type View struct {
 	// Mask lists more paths to cover: what the sandbox hides (the task dir
 	// under trial), and on a bare host the host's sockets.
 	Mask []string
+	// Devices are the task's devices under /dev bound into the visitor's
+	// /dev when present, as the sandbox's are (/dev/kvm, /dev/fuse, …).
+	Devices []string
 }
 
 // Report is what the visitor says of the command. Setup is set when its view
@@ -126,7 +129,7 @@ func Run(ctx context.Context, target join.Target, view View, spec join.Spec, out
 	}
 	defer resR.Close()
 
-	cmd := target.Join([]string{"user", "net"}, roleVisitor)
+	cmd := target.Join(visitedNamespaces(target), roleVisitor)
 	cmd.ExtraFiles = []*os.File{paramsFile, output, resW}
 	// pid 1 of a pid namespace of its own: what it runs sees neither the
 	// daemon nor anything else of the substrate, so nothing can signal the
@@ -178,6 +181,21 @@ func Run(ctx context.Context, target join.Target, view View, spec join.Spec, out
 	return out, nil
 }
 
+// visitedNamespaces are the sandbox's namespaces a visitor joins: its user
+// and network namespaces always, and the others it owns but the pid
+// namespace (the visitor makes one of its own) and the mount namespace (it
+// builds its own view). So the verifier shares the agent's network,
+// hostname and System V IPC, as under Harbor.
+func visitedNamespaces(target join.Target) []string {
+	out := []string{"user", "net"}
+	for _, kind := range target.Namespaces {
+		if kind == "ipc" || kind == "uts" || kind == "cgroup" {
+			out = append(out, kind)
+		}
+	}
+	return out
+}
+
 // params is everything the visitor needs; it travels in a memfd so that
 // none of it shows in a command line.
 type params struct {
@@ -189,6 +207,7 @@ type params struct {
 	Verdict string    `json:"verdict,omitempty"`
 	Hosts   string    `json:"hosts,omitempty"`
 	Mask    []string  `json:"mask"`
+	Devices []string  `json:"devices,omitempty"`
 	Spec    join.Spec `json:"spec"`
 }
 
@@ -204,7 +223,7 @@ func paramsFor(view View, spec join.Spec) (params, error) {
 	if err != nil {
 		return params{}, err
 	}
-	p := params{Harness: harness, Mask: masks(view), Spec: spec}
+	p := params{Harness: harness, Mask: masks(view), Devices: view.Devices, Spec: spec}
 	for _, f := range []struct {
 		abs string
 		rel *string
