@@ -60,6 +60,10 @@ type Config struct {
 	Entrypoint      []string // the image's ENTRYPOINT, run inside the sandbox at start
 	ImageUser       string   // the image's USER, for the entrypoint
 
+	// Settings are serve's settings and their sources, for status; the
+	// ones given (a flag or a SANDBOXD_ variable) win over the task's.
+	Settings Settings
+
 	// Resolver resolves the names the proxies are asked for; nil is the
 	// system's. Tests give a fake one.
 	Resolver egress.Resolver
@@ -142,6 +146,7 @@ type Status struct {
 	Sessions     []session  `json:"sessions"`
 	Limits       limits     `json:"limits"`
 	Uptime       float64    `json:"uptime_sec"`
+	Settings     Settings   `json:"settings,omitempty"`
 }
 
 type sshStatus struct {
@@ -580,5 +585,6 @@ func (d *Daemon) Status() Status {
 		Sessions:     sessions,
 		Limits:       d.statusLimits(),
 		Uptime:       time.Since(d.started).Seconds(),
+		Settings:     d.cfg.Settings,
 	}
 }

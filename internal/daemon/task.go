@@ -56,14 +56,22 @@ func taskNames(dir string) []string {
 
 // WithTask fills what cfg does not already say from the task: its workdir,
 // users, environments, per-phase network policy, peers, entrypoint and
-// devices. Flags given to serve win over the task.
+// devices. Flags given to serve win over the task; so do settings that
+// cfg.Settings says were given (a flag or a SANDBOXD_ variable), over
+// sandboxd.toml's listen, authorized_keys and egress_allow_cidrs. The
+// network settings are the exception: given, they must restate the task's
+// policy (see restated), since a task is graded under its own.
 func WithTask(cfg Config, t *task.Task, extraCIDRs []netip.Prefix) (Config, error) {
 	cfg.Task = t
+	cfg.Settings = cfg.Settings.clone()
+	set := cfg.Settings
 	if cfg.Workdir == "" {
 		cfg.Workdir = t.Workdir()
+		set.from("workdir", cfg.Workdir, taskSource(t.Environment.Workdir, t.Sandboxd.ImageWorkdir))
 	}
 	if cfg.AgentUser == "" {
 		cfg.AgentUser = t.AgentUser()
+		set.from("agent-user", cfg.AgentUser, taskSource(t.Agent.User, t.Sandboxd.ImageUser))
 	}
 	cfg.VerifierUser = t.VerifierUser()
 	cfg.ImageEnv = t.Sandboxd.ImageEnv.Environ()
@@ -75,6 +83,11 @@ func WithTask(cfg Config, t *task.Task, extraCIDRs []netip.Prefix) (Config, erro
 	cfg.Tests = filepath.Join(t.Dir, "tests")
 
 	cidrs := append(append([]netip.Prefix{}, t.Sandboxd.EgressAllowCIDRs...), extraCIDRs...)
+	if set.Given("egress-allow-cidr") {
+		cidrs = extraCIDRs
+	} else if len(t.Sandboxd.EgressAllowCIDRs) > 0 {
+		set.from("egress-allow-cidr", prefixStrings(cidrs), SourceSandboxd)
+	}
 	policy := func(n task.Network) (egress.Policy, error) {
 		mode := string(n.Mode)
 		if mode == "" {
@@ -94,18 +107,28 @@ func WithTask(cfg Config, t *task.Task, extraCIDRs []netip.Prefix) (Config, erro
 	if cfg.Network.Verifier, err = policy(t.VerifierNetwork()); err != nil {
 		return cfg, err
 	}
-	if t.Sandboxd.Listen != "" {
-		cfg.SSH.Listen = t.Sandboxd.Listen
+	if err := restated(set, t, cfg.Network.Agent); err != nil {
+		return cfg, err
 	}
-	if t.Sandboxd.AuthorizedKeys != "" {
+	set.from("network", string(cfg.Network.Agent.Mode), SourceTask)
+	set.from("allow-host", append([]string{}, cfg.Network.Agent.AllowedHosts...), SourceTask)
+	if t.Sandboxd.Listen != "" && !set.Given("listen") {
+		cfg.SSH.Listen = t.Sandboxd.Listen
+		set.from("listen", cfg.SSH.Listen, SourceSandboxd)
+	}
+	if t.Sandboxd.AuthorizedKeys != "" && !set.Given("authorized-keys") {
 		b, err := os.ReadFile(t.Sandboxd.AuthorizedKeys)
 		if err != nil {
 			return cfg, fmt.Errorf("task %s: authorized_keys: %w", t.Name, err)
 		}
 		cfg.SSH.AuthorizedKeys = append(append(cfg.SSH.AuthorizedKeys, '\n'), b...)
+		set.from("authorized-keys", t.Sandboxd.AuthorizedKeys, SourceSandboxd)
 	}
 	for _, p := range t.Sandboxd.Peers {
 		cfg.Network.Peers = append(cfg.Network.Peers, Peer{Name: p.Name, Port: p.Port, Target: p.Target})
+	}
+	if len(cfg.Network.Peers) > 0 {
+		set.from("peer", peerStrings(cfg.Network.Peers), SourceSandboxd)
 	}
 	// The task's own directory holds its tests and solution: when it is not
 	// the baked copy inside the harness dir, it is absent from the sandbox too.
@@ -117,6 +140,27 @@ func WithTask(cfg Config, t *task.Task, extraCIDRs []netip.Prefix) (Config, erro
 		cfg.Devices = append(cfg.Devices, gpuDevices()...)
 	}
 	return cfg, nil
+}
+
+// taskSource is where a value the task gives came from: its task.toml
+// (own), else the image's config that adapt wrote into sandboxd.toml
+// (image), else serve's default.
+func taskSource(own, image string) string {
+	switch {
+	case own != "":
+		return SourceTask
+	case image != "":
+		return SourceSandboxd
+	}
+	return SourceDefault
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	out := []string{}
+	for _, p := range ps {
+		out = append(out, p.String())
+	}
+	return out
 }
 
 func within(path, dir string) bool {
@@ -131,8 +175,11 @@ func gpuDevices() []string {
 }
 
 // Configure completes a serve configuration: it finds and loads the task (if
-// any), applies it, and the network flags. lookup fills the task's
-// ${VAR:-default} values from the daemon's environment.
+// any), applies it, and the network flags. Without a task, the network
+// settings cfg.Settings says were given (--network, --allow-host, --peer)
+// make the agent's policy and the peers; with one, they must restate the
+// task's (WithTask). lookup fills the task's ${VAR:-default} values from
+// the daemon's environment.
 func Configure(cfg Config, taskSel string, allowCIDRs []string, lookup func(string) (string, bool)) (Config, error) {
 	if cfg.HarnessDir == "" {
 		cfg.HarnessDir = DefaultHarnessDir
@@ -150,6 +197,20 @@ func Configure(cfg Config, taskSel string, allowCIDRs []string, lookup func(stri
 		return cfg, err
 	}
 	if dir == "" {
+		if cfg.Settings != nil {
+			cfg.Settings = cfg.Settings.clone()
+			agent, peers, err := requestedNetwork(cfg.Settings, allowCIDRs)
+			if err != nil {
+				return cfg, err
+			}
+			cfg.Network.Agent, cfg.Network.Peers = agent, peers
+			if cfg.Workdir == "" {
+				cfg.Settings.from("workdir", "/", SourceDefault)
+			}
+			if cfg.AgentUser == "" {
+				cfg.Settings.from("agent-user", task.DefaultUser, SourceDefault)
+			}
+		}
 		cfg.Network.Agent.AllowCIDRs = cidrs
 		cfg.Network.Verifier.AllowCIDRs = cidrs
 		return cfg, nil
@@ -158,6 +219,8 @@ func Configure(cfg Config, taskSel string, allowCIDRs []string, lookup func(stri
 	if err != nil {
 		return cfg, err
 	}
+	cfg.Settings = cfg.Settings.clone()
+	cfg.Settings.from("task", dir, SourceDefault) // the only task the image carries
 	if err := t.ExpandEnv(lookup); err != nil {
 		return cfg, err
 	}
