@@ -246,6 +246,12 @@ func (b *builder) group(ctx context.Context, g *Group) (GroupEntry, []TaskEntry,
 	}
 
 	facts := FactsOf(base)
+	for _, w := range facts.EnvWarnings() {
+		b.say(g.Name, "warning: %s", w)
+		for _, it := range g.Tasks {
+			it.Warnings = append(it.Warnings, w)
+		}
+	}
 	layer, err := b.servingLayer(g, func(it *Item, extraEnv []string, peers []task.Peer) ([]byte, error) {
 		return SandboxdTOML(it.Task, facts, extraEnv, peers, "authorized_keys")
 	})

@@ -34,6 +34,21 @@ func FactsOf(img *Image) Facts {
 	}
 }
 
+// EnvWarnings name the SANDBOXD_ variables the image's own ENV sets. serve
+// reads its settings from SANDBOXD_ variables, and the adapted image keeps
+// the base's ENV: such a variable would configure serve in every run of
+// the image, unseen by whoever runs it.
+func (f Facts) EnvWarnings() []string {
+	var out []string
+	for _, kv := range f.Env {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "SANDBOXD_") {
+			out = append(out, fmt.Sprintf("the image's ENV sets %s: sandboxd serve takes SANDBOXD_ variables as its settings, so it would apply to every run of the adapted image; remove it from the image and give it at run time (docker run -e %s=...) if it is meant", name, name))
+		}
+	}
+	return out
+}
+
 // sandboxdFile is sandboxd.toml as adapt writes it (see pkg/task's doc for
 // the schema). Field order is the order in the file. The image keys are
 // pointers so that a file can leave them out (the --out route, where the
