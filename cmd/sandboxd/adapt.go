@@ -13,11 +13,11 @@ import (
 
 func runAdapt(ctx context.Context, args []string) int {
 	fs := flags("adapt", "TASK_DIR... [--tag PREFIX] [--out DIR] [--push] [--json] [--compose-dir DIR]")
-	prefix := fs.String("tag", layer.DefaultPrefix, "image repository prefix: PREFIX/<dataset>-<hash12> per group, PREFIX/<dataset>:<task> per task")
-	out := fs.String("out", "", "write build contexts and build.sh to DIR and build nothing")
+	prefix := fs.String("tag", layer.DefaultPrefix, "the image repository `PREFIX`: PREFIX/<dataset>-<hash12> per group, PREFIX/<dataset>:<task> per task")
+	out := fs.String("out", "", "write build contexts and build.sh to `DIR` and build nothing")
 	push := fs.Bool("push", false, "push every image made")
 	asJSON := fs.Bool("json", false, "print the manifest as one JSON document on stdout")
-	composeDir := fs.String("compose-dir", "sandboxd-compose", "where compose files for compose tasks go (with --out: DIR/compose)")
+	composeDir := fs.String("compose-dir", "sandboxd-compose", "the `DIR` where compose files for compose tasks go (with --out: DIR/compose)")
 	// Flags may follow the task directories, as the synopsis writes them.
 	var dirs []string
 	for {
@@ -31,8 +31,7 @@ func runAdapt(ctx context.Context, args []string) int {
 		args = fs.Args()[1:]
 	}
 	if len(dirs) == 0 {
-		fs.Usage()
-		return exitUsage
+		return usageError(fs, "name at least one task directory (or a directory of tasks)")
 	}
 	if *push && *out != "" {
 		return fail("adapt: --push builds nothing to push with --out; run PUSH=1 %s/build.sh instead", *out)

@@ -18,21 +18,21 @@ import (
 func runExec(ctx context.Context, args []string) int {
 	fs := flags("exec", "[-u USER] [-w DIR] [-e K=V]... [-t] [-i] [--timeout DUR] -- ARGV...")
 	harness := harnessDirFlag(fs)
-	user := fs.String("u", "", "user[:group] to run as (default: the agent user)")
-	dir := fs.String("w", "", "working directory inside the sandbox (default: the workdir)")
-	var env listFlag
-	fs.Var(&env, "e", "set an environment variable NAME=VALUE (repeatable)")
+	user := fs.String("u", "", "the `USER[:GROUP]` to run as (default: the agent user)")
+	dir := fs.String("w", "", "the working `DIR` inside the sandbox (default: the workdir)")
+	env := &listFlag{}
+	fs.Var(env, "e", "set an environment variable: `NAME=VALUE` (repeatable)")
 	tty := fs.Bool("t", false, "allocate a terminal")
 	stdin := fs.Bool("i", false, "forward stdin")
-	timeout := fs.String("timeout", "", "kill the command's whole tree after this long (exit 124)")
+	timeout := fs.String("timeout", "", "kill the command's whole tree after this `DURATION` (exit 124)")
 	if ok, code := parse(fs, args); !ok {
 		return code
 	}
 	argv := fs.Args()
 	if len(argv) == 0 {
-		return fail("exec: no command given: write `sandboxd exec [FLAGS] -- COMMAND [ARG...]`")
+		return usageError(fs, "no command given: write sandboxd exec [FLAGS] -- COMMAND [ARG...]")
 	}
-	req := control.Request{Argv: argv, User: *user, Dir: *dir, Env: env, TTY: *tty, Stdin: *stdin, Timeout: *timeout}
+	req := control.Request{Argv: argv, User: *user, Dir: *dir, Env: env.vals, TTY: *tty, Stdin: *stdin, Timeout: *timeout}
 	streams := control.Streams{Stdout: os.Stdout, Stderr: os.Stderr}
 	if *stdin {
 		streams.Stdin = os.Stdin
@@ -106,7 +106,7 @@ func runExec(ctx context.Context, args []string) int {
 func runStatus(ctx context.Context, args []string) int {
 	fs := flags("status", "[--harness-dir DIR]")
 	harness := harnessDirFlag(fs)
-	if ok, code := parse(fs, args); !ok {
+	if ok, code := noArgs(fs, args); !ok {
 		return code
 	}
 	var raw json.RawMessage
@@ -119,7 +119,7 @@ func runStatus(ctx context.Context, args []string) int {
 func runStop(ctx context.Context, args []string) int {
 	fs := flags("stop", "[--harness-dir DIR]")
 	harness := harnessDirFlag(fs)
-	if ok, code := parse(fs, args); !ok {
+	if ok, code := noArgs(fs, args); !ok {
 		return code
 	}
 	if err := (control.Client{HarnessDir: *harness}).Call(ctx, control.Request{Op: "stop"}, nil); err != nil {
@@ -142,7 +142,7 @@ func printJSON(w io.Writer, raw json.RawMessage) int {
 func runKeys(ctx context.Context, args []string) int {
 	fs := flags("keys", "[--harness-dir DIR]")
 	harness := harnessDirFlag(fs)
-	if ok, code := parse(fs, args); !ok {
+	if ok, code := noArgs(fs, args); !ok {
 		return code
 	}
 	var reply struct {
@@ -158,7 +158,7 @@ func runKeys(ctx context.Context, args []string) int {
 func runRecords(ctx context.Context, args []string) int {
 	fs := flags("records", "[--harness-dir DIR]")
 	harness := harnessDirFlag(fs)
-	if ok, code := parse(fs, args); !ok {
+	if ok, code := noArgs(fs, args); !ok {
 		return code
 	}
 	var raw json.RawMessage

@@ -12,9 +12,9 @@ import (
 func runDoctor(ctx context.Context, args []string) int {
 	fs := flags("doctor", "[--json]")
 	asJSON := fs.Bool("json", false, "print one JSON document")
-	bwrapPath := fs.String("bwrap", "bwrap", "the bubblewrap binary")
-	agentUser := fs.String("agent-user", "", "user[:group] that sessions will run as")
-	if ok, code := parse(fs, args); !ok {
+	bwrapPath := fs.String("bwrap", "bwrap", "the bubblewrap binary, a `PATH` or a name on PATH")
+	agentUser := fs.String("agent-user", "", "the `USER[:GROUP]` that sessions will run as")
+	if ok, code := noArgs(fs, args); !ok {
 		return code
 	}
 	report := bwrap.Doctor(ctx, bwrap.DoctorConfig{Bwrap: *bwrapPath, AgentUser: *agentUser})

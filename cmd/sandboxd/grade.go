@@ -14,9 +14,9 @@ import (
 func runGrade(ctx context.Context, args []string) int {
 	fs := flags("grade", "[--timeout DUR] [--json]")
 	harness := harnessDirFlag(fs)
-	timeout := fs.String("timeout", "", "the verifier's timeout (default: the task's verifier.timeout_sec)")
+	timeout := fs.String("timeout", "", "the verifier's timeout, a `DURATION` (default: the task's verifier.timeout_sec)")
 	asJSON := fs.Bool("json", false, "print exactly one JSON document on stdout")
-	if ok, code := parse(fs, args); !ok {
+	if ok, code := noArgs(fs, args); !ok {
 		return code
 	}
 	var v grade.Verdict

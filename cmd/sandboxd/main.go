@@ -5,13 +5,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"sort"
-	"strings"
 	"syscall"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
@@ -19,11 +18,12 @@ import (
 	"github.com/sandboxd/sandboxd/pkg/join"
 )
 
-// Exit codes shared by every subcommand, as docker run and timeout(1) use them.
+// Exit codes shared by every subcommand, as shells, docker run and
+// timeout(1) use them.
 const (
-	exitUsage   = 2
-	exitTimeout = 124
-	exitOwn     = 125 // sandboxd's own failure
+	exitUsage   = 2   // the command line is wrong: an unknown command or flag, a bad or missing argument
+	exitTimeout = 124 // exec --timeout elapsed
+	exitOwn     = 125 // sandboxd's own failure, or a request the daemon refuses
 )
 
 type command struct {
@@ -45,30 +45,44 @@ var commands = map[string]command{
 	"version": {"print the version", runVersion},
 }
 
+// summaries are the commands' summaries for their help (commands itself
+// cannot be named there: its functions lead to the help).
+var summaries = map[string]string{}
+
+func init() {
+	for n, c := range commands {
+		summaries[n] = c.summary
+	}
+}
+
 func main() {
 	childproc.Maybe()
+	daemon.Version = buildVersion().Version
 	if len(os.Args) < 2 {
-		usage()
+		fmt.Fprintln(os.Stderr, "sandboxd: name a command")
+		usage(os.Stderr)
 		os.Exit(exitUsage)
 	}
-	if os.Args[1] == "serve" || os.Args[1] == "trial" {
+	name := os.Args[1]
+	switch name {
+	case "-h", "-help", "--help", "help":
+		os.Exit(runHelp(os.Args[2:]))
+	case "-version", "--version":
+		os.Exit(runVersion(context.Background(), os.Args[2:]))
+	}
+	cmd, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "sandboxd: unknown command %q\n", name)
+		usage(os.Stderr)
+		os.Exit(exitUsage)
+	}
+	if name == "serve" || name == "trial" {
 		// Before any string of os.Args is kept: it would point into the
 		// area that is blanked.
 		if err := join.BlankCommandLine(); err != nil {
 			fmt.Fprintf(os.Stderr, "sandboxd: %v\n", err)
-			os.Exit(125)
+			os.Exit(exitOwn)
 		}
-	}
-	name := os.Args[1]
-	cmd, ok := commands[name]
-	if !ok {
-		if name == "-h" || name == "--help" || name == "help" {
-			usage()
-			os.Exit(0)
-		}
-		fmt.Fprintf(os.Stderr, "sandboxd: unknown command %q\n", name)
-		usage()
-		os.Exit(exitUsage)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	code := cmd.run(ctx, os.Args[2:])
@@ -76,26 +90,36 @@ func main() {
 	os.Exit(code)
 }
 
-func usage() {
+// runHelp is `sandboxd help [COMMAND]`: the commands, or one command's flags.
+func runHelp(args []string) int {
+	switch {
+	case len(args) == 0:
+		usage(os.Stdout)
+		return 0
+	case len(args) > 1:
+		fmt.Fprintf(os.Stderr, "sandboxd help: name one command, not %d\n", len(args))
+		return exitUsage
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "sandboxd help: unknown command %q\n", args[0])
+		usage(os.Stderr)
+		return exitUsage
+	}
+	return cmd.run(context.Background(), []string{"-h"})
+}
+
+func usage(w io.Writer) {
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	fmt.Fprintln(os.Stderr, "usage: sandboxd COMMAND [FLAGS]\n\ncommands:")
+	fmt.Fprintln(w, "usage: sandboxd COMMAND [FLAGS]\n\ncommands:")
 	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-8s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
 	}
-}
-
-// flags makes a FlagSet whose errors say which command they belong to.
-func flags(name, synopsis string) *flag.FlagSet {
-	fs := flag.NewFlagSet("sandboxd "+name, flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: sandboxd %s %s\n", name, synopsis)
-		fs.PrintDefaults()
-	}
-	return fs
+	fmt.Fprintln(w, "\nRun sandboxd COMMAND -h (or sandboxd help COMMAND) for a command's flags,\nsandboxd --version for the version.")
 }
 
 // harnessDirFlag is shared by every command that talks to the daemon.
@@ -104,31 +128,18 @@ func harnessDirFlag(fs *flag.FlagSet) *string {
 	if def == "" {
 		def = daemon.DefaultHarnessDir
 	}
-	return fs.String("harness-dir", def, "sandboxd's own state (env SANDBOXD_HARNESS_DIR)")
+	h := helps[fs]
+	h.env = func(name string) string {
+		if name == "harness-dir" {
+			return "SANDBOXD_HARNESS_DIR"
+		}
+		return ""
+	}
+	helps[fs] = h
+	return fs.String("harness-dir", def, "sandboxd's own state `DIR`, where the daemon's control socket is")
 }
-
-// listFlag collects a repeatable flag.
-type listFlag []string
-
-func (l *listFlag) String() string     { return strings.Join(*l, ",") }
-func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func fail(format string, args ...any) int {
 	fmt.Fprintf(os.Stderr, "sandboxd: "+format+"\n", args...)
 	return exitOwn
-}
-
-func parse(fs *flag.FlagSet, args []string) (ok bool, code int) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return false, 0
-		}
-		return false, exitUsage
-	}
-	return true, 0
-}
-
-func runVersion(_ context.Context, _ []string) int {
-	fmt.Println("sandboxd", daemon.Version)
-	return 0
 }

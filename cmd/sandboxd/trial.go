@@ -11,13 +11,13 @@ import (
 
 func runTrial(ctx context.Context, args []string) int {
 	fs := flags("trial", "TASK_DIR [--agent oracle|nop|CMD] [--json]")
-	agent := fs.String("agent", "oracle", "oracle (solution/solve.sh), nop, or a command run in the sandbox as the agent")
+	agent := fs.String("agent", "oracle", "the `AGENT`: oracle (solution/solve.sh), nop, or a command run in the sandbox as the agent")
 	asJSON := fs.Bool("json", false, "print exactly one JSON document on stdout")
-	harness := fs.String("harness-dir", "", "the trial's own harness dir (default: a fresh one, removed afterwards)")
-	bwrapPath := fs.String("bwrap", "bwrap", "the bubblewrap binary")
+	harness := fs.String("harness-dir", "", "the trial's own harness `DIR` (default: a fresh one, removed afterwards)")
+	bwrapPath := fs.String("bwrap", "bwrap", "the bubblewrap binary, a `PATH` or a name on PATH")
 	verbose := fs.Bool("v", false, "log what the daemon does")
-	var cidrs listFlag
-	fs.Var(&cidrs, "egress-allow-cidr", "open an address range the egress guard refuses, deliberately (repeatable)")
+	cidrs := &listFlag{check: checkCIDR}
+	fs.Var(cidrs, "egress-allow-cidr", "open an address range the egress guard refuses, deliberately: a `CIDR` such as 10.1.0.0/16 (repeatable)")
 	// The task directory may come before or after the flags.
 	var taskDir string
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
@@ -26,11 +26,15 @@ func runTrial(ctx context.Context, args []string) int {
 	if ok, code := parse(fs, args); !ok {
 		return code
 	}
-	if taskDir == "" && fs.NArg() > 0 {
-		taskDir = fs.Arg(0)
+	rest := fs.Args()
+	if taskDir == "" && len(rest) > 0 {
+		taskDir, rest = rest[0], rest[1:]
 	}
 	if taskDir == "" {
-		return fail("trial: name a task directory: sandboxd trial TASK_DIR")
+		return usageError(fs, "name a task directory")
+	}
+	if len(rest) > 0 {
+		return usageError(fs, "unexpected argument %q: a trial runs one task", rest[0])
 	}
 	level := slog.LevelWarn
 	if *verbose {
@@ -42,7 +46,7 @@ func runTrial(ctx context.Context, args []string) int {
 		Agent:      *agent,
 		HarnessDir: *harness,
 		Bwrap:      *bwrapPath,
-		AllowCIDRs: cidrs,
+		AllowCIDRs: cidrs.vals,
 		Log:        log,
 		Stderr:     os.Stderr,
 	})
