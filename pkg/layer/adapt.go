@@ -13,21 +13,22 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/pkg/layer/engine"
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
 
 // Options are adapt's flags and what the command line knows.
 type Options struct {
-	Prefix     string    // image repository prefix (--tag); default DefaultPrefix
-	Out        string    // --out: write build contexts and build.sh here, build nothing
-	ComposeDir string    // where compose files for compose tasks go when building; default "sandboxd-compose"
-	Push       bool      // push every tag made
-	Binary     string    // the static sandboxd binary to bake in
-	Version    string    // sandboxd's version, for labels
-	Seccomp    string    // images/seccomp.json, copied next to emitted compose files; "" = unknown
-	Engine     Engine    // nil = Detect
-	Log        io.Writer // progress; default os.Stderr
-	Jobs       int       // groups built at once; default min(2, CPUs)
+	Prefix     string        // image repository prefix (--tag); default DefaultPrefix
+	Out        string        // --out: write build contexts and build.sh here, build nothing
+	ComposeDir string        // where compose files for compose tasks go when building; default "sandboxd-compose"
+	Push       bool          // push every tag made
+	Binary     string        // the static sandboxd binary to bake in
+	Version    string        // sandboxd's version, for labels
+	Seccomp    string        // images/seccomp.json, copied next to emitted compose files; "" = unknown
+	Engine     engine.Engine // nil = Detect
+	Log        io.Writer     // progress; default os.Stderr
+	Jobs       int           // groups built at once; default min(2, CPUs)
 }
 
 // RefusedError is an image adapt will not extend, and why.
@@ -84,7 +85,7 @@ func Adapt(ctx context.Context, dirs []string, o Options) (*Manifest, error) {
 		return m, err
 	}
 	if o.Engine == nil {
-		cli, err := Detect(ctx)
+		cli, err := engine.Detect(ctx)
 		if err != nil {
 			for _, g := range plan.Groups {
 				for _, it := range g.Tasks {
@@ -239,7 +240,7 @@ func (b *builder) group(ctx context.Context, g *Group) (GroupEntry, []TaskEntry,
 		}
 		rel, _ := filepath.Rel(filepath.Dir(g.Compose.Path), filepath.Join(s.Build.Context, s.Build.Dockerfile))
 		b.say(g.Name, "building sidecar %s from environment/%s", s.Name, filepath.ToSlash(rel))
-		if _, err := eng.Build(ctx, BuildSpec{What: "sidecar " + s.Name, Context: s.Build.Context, Dockerfile: s.Build.Dockerfile,
+		if _, err := eng.Build(ctx, engine.BuildSpec{What: "sidecar " + s.Name, Context: s.Build.Context, Dockerfile: s.Build.Dockerfile,
 			Args: s.Build.Args, Tags: []string{ref}, Timeout: g.Base.Timeout}, log); err != nil {
 			return ge, nil, err
 		}
@@ -332,7 +333,7 @@ func (b *builder) group(ctx context.Context, g *Group) (GroupEntry, []TaskEntry,
 }
 
 // repoDigest picks the RepoDigests entry of ref's repository.
-func repoDigest(img *Image, ref string) string {
+func repoDigest(img *engine.Image, ref string) string {
 	repo := ref
 	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
 		repo = ref[:i]
@@ -346,11 +347,11 @@ func repoDigest(img *Image, ref string) string {
 }
 
 // base builds or takes the group's base image and reads its config.
-func (b *builder) base(ctx context.Context, g *Group, log io.Writer) (*Image, error) {
+func (b *builder) base(ctx context.Context, g *Group, log io.Writer) (*engine.Image, error) {
 	eng := b.o.Engine
 	if g.Base.Image != "" {
 		img, err := eng.Inspect(ctx, g.Base.Image)
-		if errors.Is(err, ErrNoImage) {
+		if errors.Is(err, engine.ErrNoImage) {
 			b.say(g.Name, "pulling %s", g.Base.Image)
 			if err := eng.Pull(ctx, g.Base.Image, log); err != nil {
 				return nil, fmt.Errorf("base %s is not in the local engine and pulling it failed: %w", g.Base.Image, err)
@@ -360,7 +361,7 @@ func (b *builder) base(ctx context.Context, g *Group, log io.Writer) (*Image, er
 		return img, err
 	}
 	b.say(g.Name, "building %s (build_timeout_sec %s)", g.Base.From, g.Base.Timeout)
-	id, err := eng.Build(ctx, BuildSpec{What: g.Base.From + " of " + strings.Join(g.TaskNames(), ", "),
+	id, err := eng.Build(ctx, engine.BuildSpec{What: g.Base.From + " of " + strings.Join(g.TaskNames(), ", "),
 		Context: g.Base.Context, Dockerfile: g.Base.Dockerfile, Args: g.Base.Args, Timeout: g.Base.Timeout}, log)
 	if err != nil {
 		return nil, err
@@ -369,7 +370,7 @@ func (b *builder) base(ctx context.Context, g *Group, log io.Writer) (*Image, er
 }
 
 // probe asks the base which sandbox programs and package manager it has.
-func (b *builder) probe(ctx context.Context, g *Group, base *Image) (Probe, error) {
+func (b *builder) probe(ctx context.Context, g *Group, base *engine.Image) (Probe, error) {
 	out, code, err := b.o.Engine.Run(ctx, base.ID, probeScript())
 	switch {
 	case err != nil:
@@ -391,7 +392,7 @@ func (b *builder) probe(ctx context.Context, g *Group, base *Image) (Probe, erro
 
 // tools installs bubblewrap over base with the image's package manager, as a
 // build (so the engine's cache makes the next adapt instant).
-func (b *builder) tools(ctx context.Context, g *Group, base *Image, log io.Writer) (*Image, error) {
+func (b *builder) tools(ctx context.Context, g *Group, base *engine.Image, log io.Writer) (*engine.Image, error) {
 	dir, err := os.MkdirTemp("", "sandboxd-adapt-tools-")
 	if err != nil {
 		return nil, fmt.Errorf("group %s: %w", g.Name, err)
@@ -401,7 +402,7 @@ func (b *builder) tools(ctx context.Context, g *Group, base *Image, log io.Write
 	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); err != nil {
 		return nil, fmt.Errorf("group %s: %w", g.Name, err)
 	}
-	id, err := b.o.Engine.Build(ctx, BuildSpec{What: "the bubblewrap install over " + g.Base.From, Context: dir, Dockerfile: "Dockerfile",
+	id, err := b.o.Engine.Build(ctx, engine.BuildSpec{What: "the bubblewrap install over " + g.Base.From, Context: dir, Dockerfile: "Dockerfile",
 		Args: map[string]string{"BASE": base.ID}, Timeout: g.Base.Timeout}, log)
 	if err != nil {
 		return nil, asRefusal(g, err)
@@ -412,7 +413,7 @@ func (b *builder) tools(ctx context.Context, g *Group, base *Image, log io.Write
 // asRefusal turns a build that ensureToolsScript refused into a RefusedError
 // with the script's reason.
 func asRefusal(g *Group, err error) error {
-	var be *BuildError
+	var be *engine.BuildError
 	if errors.As(err, &be) {
 		for _, line := range be.Tail {
 			if i := strings.Index(line, refusedMarker); i >= 0 {
@@ -448,7 +449,7 @@ func (b *builder) servingLayer(g *Group, toml func(it *Item, extraEnv []string, 
 
 // load assembles the group and task images as an archive over lower's layers
 // and loads it. It returns the task images' IDs by tag.
-func (b *builder) load(ctx context.Context, g *Group, base, lower *Image, layer *Layer, tmp string, log io.Writer) (map[string]string, error) {
+func (b *builder) load(ctx context.Context, g *Group, base, lower *engine.Image, layer *Layer, tmp string, log io.Writer) (map[string]string, error) {
 	eng := b.o.Engine
 	layerPath := filepath.Join(tmp, "layer.tar")
 	f, err := os.Create(layerPath)
@@ -509,14 +510,14 @@ func (b *builder) load(ctx context.Context, g *Group, base, lower *Image, layer 
 
 // build assembles the group and task images with Dockerfiles, for engines
 // that do not take a partial archive.
-func (b *builder) build(ctx context.Context, g *Group, lower *Image, layer *Layer, tmp string, log io.Writer) (map[string]string, error) {
+func (b *builder) build(ctx context.Context, g *Group, lower *engine.Image, layer *Layer, tmp string, log io.Writer) (map[string]string, error) {
 	eng := b.o.Engine
 	serving := filepath.Join(tmp, "serving")
 	if err := writeServingContext(serving, layer, lower.ID, b.o.Version, g); err != nil {
 		return nil, err
 	}
 	b.say(g.Name, "building the serving layer")
-	gid, err := eng.Build(ctx, BuildSpec{What: "the serving layer of " + g.Name, Context: serving, Dockerfile: "Dockerfile",
+	gid, err := eng.Build(ctx, engine.BuildSpec{What: "the serving layer of " + g.Name, Context: serving, Dockerfile: "Dockerfile",
 		Args: map[string]string{"BASE": lower.ID}, Tags: []string{g.Image}, Timeout: g.Base.Timeout}, log)
 	if err != nil {
 		return nil, asRefusal(g, err)
@@ -527,7 +528,7 @@ func (b *builder) build(ctx context.Context, g *Group, lower *Image, layer *Laye
 		if err := writeTaskContext(dir, it, g); err != nil {
 			return nil, err
 		}
-		id, err := eng.Build(ctx, BuildSpec{What: "the image of task " + it.Task.Name, Context: dir, Dockerfile: "Dockerfile",
+		id, err := eng.Build(ctx, engine.BuildSpec{What: "the image of task " + it.Task.Name, Context: dir, Dockerfile: "Dockerfile",
 			Args: map[string]string{"GROUP": gid}, Tags: []string{it.Image}}, log)
 		if err != nil {
 			return nil, err

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sandboxd/sandboxd/pkg/layer/engine"
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
 
@@ -173,11 +174,11 @@ func TestAdapt_Refusals(t *testing.T) {
 		{"another architecture", func(r *adaptRun) { r.eng.arch = "mips64" },
 			"base environment/Dockerfile: it is linux/mips64 and this sandboxd is linux/"},
 		{"the base build fails", func(r *adaptRun) {
-			r.eng.failBuild = map[string]*BuildError{"environment/Dockerfile": {What: "environment/Dockerfile of t", Tail: []string{"Step 2/2 : RUN false", "returned a non-zero code: 1"}, Err: io.ErrUnexpectedEOF}}
+			r.eng.failBuild = map[string]*engine.BuildError{"environment/Dockerfile": {What: "environment/Dockerfile of t", Tail: []string{"Step 2/2 : RUN false", "returned a non-zero code: 1"}, Err: io.ErrUnexpectedEOF}}
 		}, "build of environment/Dockerfile of t failed: unexpected EOF; its last 2 lines:\n    Step 2/2 : RUN false\n    returned a non-zero code: 1"},
 		{"the install is refused", func(r *adaptRun) {
 			r.eng.probe = "tool nsenter /usr/bin/nsenter\npm apk\nroot\nend\n"
-			r.eng.failBuild = map[string]*BuildError{"bubblewrap install": {Tail: []string{refusedMarker + "bwrap is still missing after installing bubblewrap"}}}
+			r.eng.failBuild = map[string]*engine.BuildError{"bubblewrap install": {Tail: []string{refusedMarker + "bwrap is still missing after installing bubblewrap"}}}
 		}, "base environment/Dockerfile: bwrap is still missing after installing bubblewrap"},
 		{"docker_image absent and not pullable", func(r *adaptRun) {
 			r.task("t", with(taskFiles(""), map[string]string{"environment/Dockerfile": "", "task.toml": "schema_version = \"1.1\"\n[environment]\ndocker_image = \"ghcr.io/x/y:1\"\n"}))
@@ -209,7 +210,7 @@ func TestAdapt_InstallsMissingTools(t *testing.T) {
 	g := m.Groups[0]
 	assert.Equal(t, []string{"bubblewrap"}, g.Installed)
 	require.NotEmpty(t, g.ToolsID)
-	var tools *BuildSpec
+	var tools *engine.BuildSpec
 	for i, b := range r.eng.builds {
 		if strings.Contains(b.What, "bubblewrap install") {
 			tools = &r.eng.builds[i]
@@ -315,7 +316,7 @@ func TestAdapt_WholeRunFailures(t *testing.T) {
 		r.opts.Engine = nil
 		t.Setenv("SANDBOXD_ENGINE", "no-such-engine-here")
 		m, err := r.adapt()
-		require.ErrorIs(t, err, ErrNoEngine)
+		require.ErrorIs(t, err, engine.ErrNoEngine)
 		require.Len(t, m.Errors, 1, "every task is reported, with the reason")
 		assert.Contains(t, m.Errors[0].Error, "no container engine")
 	})

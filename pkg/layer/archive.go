@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/sandboxd/sandboxd/pkg/layer/engine"
 )
 
 // imageConfig is an image's config JSON in Docker's format (what `docker
@@ -56,7 +58,7 @@ func newDerived(tag string, c imageConfig) (derived, error) {
 // layerDiff (when not ""), with base's config (the task's own image, whose
 // facts the daemon gets) changed by s. created is base's creation time, so
 // that the same inputs give the same image ID on every run.
-func deriveConfig(base, lower *Image, history []historyEntry, layerDiff string, s Settings, createdBy string) imageConfig {
+func deriveConfig(base, lower *engine.Image, history []historyEntry, layerDiff string, s Settings, createdBy string) imageConfig {
 	layers := append([]string{}, lower.Layers...)
 	h := append([]historyEntry{}, history...)
 	if layerDiff != "" {
@@ -85,7 +87,7 @@ func deriveConfig(base, lower *Image, history []historyEntry, layerDiff string, 
 // (a RUN that changed nothing still commits a layer). When the counts cannot
 // be matched the history is left out (nil): Docker accepts an image without
 // one, but not one whose history claims more layers than it has.
-func rebuildHistory(hs []HistoryEntry, nLayers int) []historyEntry {
+func rebuildHistory(hs []engine.HistoryEntry, nLayers int) []historyEntry {
 	out := make([]historyEntry, len(hs))
 	sized := 0
 	for i, e := range hs {

@@ -24,6 +24,6 @@
 // rendered as a Dockerfile build context instead; one description feeds both.
 //
 // The engine is driven through its CLI (docker, or podman where that is what is
-// installed) via os/exec: no SDK dependency, and what adapt does can be
-// repeated by hand from the progress it prints.
+// installed) by pkg/layer/engine: no SDK dependency, and what adapt does can
+// be repeated by hand from the progress it prints.
 package layer

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/pkg/layer/engine"
 )
 
 // A SANDBOXD_ variable in the base image's own ENV would configure serve in
@@ -14,7 +16,7 @@ import (
 // warnings and in the summary's count.
 func TestAdapt_WarnsOfSandboxdVariablesInImageEnv(t *testing.T) {
 	r := newRun(t)
-	base := r.eng.newImage([]string{"sha256:" + string(bytes.Repeat([]byte("2"), 64))}, ImageConfig{
+	base := r.eng.newImage([]string{"sha256:" + string(bytes.Repeat([]byte("2"), 64))}, engine.ImageConfig{
 		User: "app", WorkingDir: "/app",
 		Env: []string{"PATH=/usr/bin:/bin", "SANDBOXD_NETWORK=public", "NOT_SANDBOXD_X=1", "SANDBOXD_LISTEN="},
 	})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/sandboxd/sandboxd/pkg/layer/engine"
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
 
@@ -25,7 +26,7 @@ type Facts struct {
 }
 
 // FactsOf reads the facts from an image's config.
-func FactsOf(img *Image) Facts {
+func FactsOf(img *engine.Image) Facts {
 	return Facts{
 		Entrypoint: append([]string{}, img.Config.Entrypoint...),
 		User:       img.Config.User,

@@ -17,6 +17,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/pkg/layer/engine"
 )
 
 // taskFiles are the files of a minimal valid task; tests add or replace some.
@@ -93,35 +95,35 @@ func stubBinary(t *testing.T, dynamic bool) string {
 // with a fixed config, loads read the archive's manifest and configs.
 type fakeEngine struct {
 	mu        sync.Mutex
-	images    map[string]*Image // by ID and by tag
+	images    map[string]*engine.Image // by ID and by tag
 	n         int
 	probe     string // what the probe prints; default: bwrap, bash and apt-get, no util-linux
 	probeCode int
-	failBuild map[string]*BuildError // by a substring of BuildSpec.What
+	failBuild map[string]*engine.BuildError // by a substring of BuildSpec.What
 	loadErr   error
 	partial   bool
 	arch      string
 	calls     []string
-	builds    []BuildSpec
+	builds    []engine.BuildSpec
 	archives  []map[string][]byte
 }
 
 func newFakeEngine() *fakeEngine {
-	return &fakeEngine{images: map[string]*Image{}, partial: true, arch: runtime.GOARCH,
+	return &fakeEngine{images: map[string]*engine.Image{}, partial: true, arch: runtime.GOARCH,
 		probe: "tool bwrap /usr/bin/bwrap\ntool bash /bin/bash\npm apt-get\nroot\nend\n"}
 }
 
 func (f *fakeEngine) Name() string               { return "fake 1.0" }
 func (f *fakeEngine) LoadsPartialArchives() bool { return f.partial }
 
-func (f *fakeEngine) add(img *Image, refs ...string) {
+func (f *fakeEngine) add(img *engine.Image, refs ...string) {
 	f.images[img.ID] = img
 	for _, r := range refs {
 		f.images[withTag(r)] = img
 	}
 }
 
-func (f *fakeEngine) Inspect(_ context.Context, ref string) (*Image, error) {
+func (f *fakeEngine) Inspect(_ context.Context, ref string) (*engine.Image, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "inspect "+ref)
@@ -130,12 +132,12 @@ func (f *fakeEngine) Inspect(_ context.Context, ref string) (*Image, error) {
 		img, ok = f.images[withTag(ref)]
 	}
 	if !ok {
-		return nil, fmt.Errorf("inspect %s: %w", ref, ErrNoImage)
+		return nil, fmt.Errorf("inspect %s: %w", ref, engine.ErrNoImage)
 	}
 	return img, nil
 }
 
-func (f *fakeEngine) History(context.Context, string) ([]HistoryEntry, error) {
+func (f *fakeEngine) History(context.Context, string) ([]engine.HistoryEntry, error) {
 	return nil, fmt.Errorf("no history here")
 }
 
@@ -159,14 +161,14 @@ func (f *fakeEngine) Push(_ context.Context, ref string, _ io.Writer) error {
 
 // baseConfig is the config every fake build produces: a non-root user, a
 // workdir, an env and an entrypoint, so that the facts are visible.
-func (f *fakeEngine) newImage(layers []string, cfg ImageConfig) *Image {
+func (f *fakeEngine) newImage(layers []string, cfg engine.ImageConfig) *engine.Image {
 	f.n++
 	raw := map[string]any{"User": cfg.User, "WorkingDir": cfg.WorkingDir, "Entrypoint": cfg.Entrypoint, "Env": cfg.Env, "Cmd": cfg.Cmd}
-	return &Image{ID: fmt.Sprintf("sha256:%064d", f.n), Architecture: f.arch, OS: "linux", Created: "2026-01-02T03:04:05Z",
+	return &engine.Image{ID: fmt.Sprintf("sha256:%064d", f.n), Architecture: f.arch, OS: "linux", Created: "2026-01-02T03:04:05Z",
 		Size: int64(100e6 + f.n), Config: cfg, RawConfig: raw, Layers: layers}
 }
 
-func (f *fakeEngine) Build(_ context.Context, b BuildSpec, log io.Writer) (string, error) {
+func (f *fakeEngine) Build(_ context.Context, b engine.BuildSpec, log io.Writer) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "build "+b.What)
@@ -177,7 +179,7 @@ func (f *fakeEngine) Build(_ context.Context, b BuildSpec, log io.Writer) (strin
 		}
 	}
 	fmt.Fprintln(log, "Step 1/1 : FROM somewhere")
-	cfg := ImageConfig{User: "app", WorkingDir: "/app", Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"},
+	cfg := engine.ImageConfig{User: "app", WorkingDir: "/app", Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"},
 		Entrypoint: []string{"/docker-entrypoint.sh"}, Cmd: []string{"python3"}}
 	layers := []string{"sha256:" + strings.Repeat("1", 64)}
 	if parent, ok := f.images[b.Args["BASE"]]; ok {
@@ -224,7 +226,7 @@ func (f *fakeEngine) Load(_ context.Context, archive string, _ io.Writer) error 
 			return err
 		}
 		sum := sha256.Sum256(files[e.Config])
-		img := &Image{ID: "sha256:" + hex.EncodeToString(sum[:]), Architecture: c.Architecture, OS: c.OS, Created: c.Created,
+		img := &engine.Image{ID: "sha256:" + hex.EncodeToString(sum[:]), Architecture: c.Architecture, OS: c.OS, Created: c.Created,
 			Size: int64(100e6 + 8e6), RawConfig: c.Config, Layers: c.RootFS.DiffIDs}
 		b, _ := json.Marshal(c.Config)
 		_ = json.Unmarshal(b, &img.Config)

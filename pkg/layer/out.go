@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -168,7 +170,7 @@ func (b *builder) writeGroupOut(g *Group, out string) (string, error) {
 
 func buildArgs(args map[string]string) string {
 	var b strings.Builder
-	for _, k := range sortedKeys(args) {
+	for _, k := range slices.Sorted(maps.Keys(args)) {
 		b.WriteString(" --build-arg " + shq(k+"="+args[k]))
 	}
 	return b.String()

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -298,7 +300,7 @@ func (s Settings) Instructions() []string {
 	}
 	if len(s.Labels) > 0 {
 		var kv []string
-		for _, k := range sortedKeys(s.Labels) {
+		for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
 			kv = append(kv, strconv.Quote(k)+"="+strconv.Quote(s.Labels[k]))
 		}
 		out = append(out, "LABEL "+strings.Join(kv, " \\\n      "))

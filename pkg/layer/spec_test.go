@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/pkg/layer/engine"
 )
 
 func planOne(t *testing.T, files map[string]string) *Group {
@@ -196,10 +198,10 @@ func TestDeriveConfigAndArchive(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 
-	base := &Image{ID: "sha256:base", Architecture: "amd64", OS: "linux", Created: "2026-01-02T03:04:05Z",
+	base := &engine.Image{ID: "sha256:base", Architecture: "amd64", OS: "linux", Created: "2026-01-02T03:04:05Z",
 		RawConfig: map[string]any{"User": "app", "Entrypoint": []any{"/e"}}, Layers: []string{"sha256:l1", "sha256:l2"}}
-	lower := &Image{ID: "sha256:tools", Layers: []string{"sha256:l1", "sha256:l2", "sha256:l3"}}
-	hist := rebuildHistory([]HistoryEntry{{CreatedBy: "RUN tools", Size: 300}, {CreatedBy: "/bin/sh -c #(nop) USER root"}, {CreatedBy: "RUN b", Size: 1}, {CreatedBy: "import", Size: 9}}, 3)
+	lower := &engine.Image{ID: "sha256:tools", Layers: []string{"sha256:l1", "sha256:l2", "sha256:l3"}}
+	hist := rebuildHistory([]engine.HistoryEntry{{CreatedBy: "RUN tools", Size: 300}, {CreatedBy: "/bin/sh -c #(nop) USER root"}, {CreatedBy: "RUN b", Size: 1}, {CreatedBy: "import", Size: 9}}, 3)
 	gc := deriveConfig(base, lower, hist, diff, l.Settings, "sandboxd adapt")
 	assert.Equal(t, []string{"sha256:l1", "sha256:l2", "sha256:l3", diff}, gc.RootFS.DiffIDs, "the tools layer, then ours")
 	assert.Equal(t, base.Created, gc.Created, "same inputs, same image ID")
@@ -244,7 +246,7 @@ func TestDeriveConfigAndArchive(t *testing.T) {
 }
 
 func TestRebuildHistory(t *testing.T) {
-	hs := []HistoryEntry{ // newest first, as docker history prints
+	hs := []engine.HistoryEntry{ // newest first, as docker history prints
 		{CreatedBy: "/bin/sh -c #(nop)  CMD [\"bash\"]"},
 		{CreatedBy: "/bin/sh -c true"}, // a RUN that changed nothing still made a layer
 		{CreatedBy: "/bin/sh -c apt-get install x", Size: 5},

@@ -1,4 +1,8 @@
-package layer
+// Package engine drives the container engine adapt builds with: docker, or
+// podman where that is what is installed, through its command-line client
+// (no SDK dependency, and every step can be repeated by hand from the
+// progress it prints).
+package engine
 
 import (
 	"bufio"
@@ -8,10 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -274,7 +280,7 @@ func (c *CLI) Build(ctx context.Context, b BuildSpec, log io.Writer) (string, er
 	// --force-rm: the classic builder keeps the container of a failed step
 	// otherwise, and adapt must not leave containers behind.
 	args := []string{"build", "--force-rm", "--iidfile", iid.Name(), "-f", filepath.Join(b.Context, b.Dockerfile)}
-	for _, k := range sortedKeys(b.Args) {
+	for _, k := range slices.Sorted(maps.Keys(b.Args)) {
 		args = append(args, "--build-arg", k+"="+b.Args[k])
 	}
 	for _, t := range b.Tags {
@@ -384,41 +390,11 @@ func (c *CLI) stream(ctx context.Context, log io.Writer, args ...string) ([]stri
 	return tail, nil
 }
 
+// The patterns are compiled on first use, not at init: every start of the
+// binary runs every package's init, and most of them never builds an image.
 var (
-	ansiEscape   = lazyRegexp(`\x1b\[[0-9;]*[A-Za-z]`)
-	legacyNotice = lazyRegexp(`^\s*(DEPRECATED: The legacy builder is deprecated|Install the buildx component to build images|https://docs\.docker\.com/go/buildx/|$)`)
+	ansiEscape   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`) })
+	legacyNotice = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^\s*(DEPRECATED: The legacy builder is deprecated|Install the buildx component to build images|https://docs\.docker\.com/go/buildx/|$)`)
+	})
 )
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-// lineWriter prefixes every line written to it and writes whole lines under
-// a shared lock, so that the progress of groups built in parallel interleaves
-// by line, not by byte.
-type lineWriter struct {
-	mu     *sync.Mutex
-	w      io.Writer
-	prefix string
-	buf    []byte
-}
-
-func (l *lineWriter) Write(p []byte) (int, error) {
-	l.buf = append(l.buf, p...)
-	for {
-		i := bytes.IndexByte(l.buf, '\n')
-		if i < 0 {
-			break
-		}
-		l.mu.Lock()
-		fmt.Fprintf(l.w, "%s%s\n", l.prefix, l.buf[:i])
-		l.mu.Unlock()
-		l.buf = l.buf[i+1:]
-	}
-	return len(p), nil
-}

@@ -1,4 +1,4 @@
-package layer
+package engine
 
 import (
 	"bytes"
@@ -6,8 +6,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -113,13 +111,4 @@ func TestParseInspect(t *testing.T) {
 	assert.Contains(t, img.RawConfig, "OnBuild", "every field is carried")
 	_, err = parseInspect("x", []byte("[]"))
 	assert.ErrorContains(t, err, "unexpected output")
-}
-
-func TestLineWriter(t *testing.T) {
-	var out bytes.Buffer
-	w := &lineWriter{mu: &sync.Mutex{}, w: &out, prefix: "[g] "}
-	w.Write([]byte("a\nb"))
-	w.Write([]byte("c\n"))
-	assert.Equal(t, "[g] a\n[g] bc\n", out.String())
-	assert.False(t, strings.Contains(out.String(), "[g] \n"))
 }
