@@ -241,8 +241,8 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	cu := cleanup.Make(func() { lock.Close() })
 	defer cu.Clean()
-	// A crashed earlier run may have left its socket (lesson 48); the lock
-	// says it is gone.
+	// A crashed earlier run may have left its socket
+	// (docs/failures.md#stop-leaves-nothing-behind); the lock says it is gone.
 	os.Remove(control.Socket(cfg.HarnessDir))
 
 	// /logs/verifier is masked by an empty tmpfs; create the mount point in
