@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/pkg/layer/archive"
 	"github.com/sandboxd/sandboxd/pkg/layer/engine"
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
@@ -463,38 +464,38 @@ func (b *builder) load(ctx context.Context, g *Group, base, lower *engine.Image,
 	if err != nil {
 		return nil, err
 	}
-	var hist []historyEntry
+	var hist []archive.History
 	if hs, err := eng.History(ctx, lower.ID); err == nil {
-		hist = rebuildHistory(hs, len(lower.Layers))
+		hist = archive.RebuildHistory(hs, len(lower.Layers))
 	}
-	gc := deriveConfig(base, lower, hist, diff, layer.Settings,
+	gc := archive.Derive(base, lower, hist, diff, layer.Settings.Apply(base.RawConfig),
 		fmt.Sprintf("sandboxd adapt %s: %s (sandboxd, tasks %s)", b.o.Version, HarnessDir, strings.Join(g.TaskNames(), ", ")))
-	gd, err := newDerived(g.Image, gc)
+	gd, err := archive.NewImage(g.Image, gc)
 	if err != nil {
 		return nil, err
 	}
-	images := []derived{gd}
+	images := []archive.Image{gd}
 	ids := map[string]string{}
 	for _, it := range g.Tasks {
 		tc := gc
 		tc.Config = TaskSettings(it, g.Name).Apply(gc.Config)
 		if tc.History != nil {
-			tc.History = append(append([]historyEntry{}, gc.History...),
-				historyEntry{Created: gc.Created, CreatedBy: "sandboxd adapt: serve task " + it.Task.Name, EmptyLayer: true})
+			tc.History = append(append([]archive.History{}, gc.History...),
+				archive.History{Created: gc.Created, CreatedBy: "sandboxd adapt: serve task " + it.Task.Name, EmptyLayer: true})
 		}
-		td, err := newDerived(it.Image, tc)
+		td, err := archive.NewImage(it.Image, tc)
 		if err != nil {
 			return nil, err
 		}
 		images = append(images, td)
 		ids[it.Image] = td.ID
 	}
-	archive := filepath.Join(tmp, "images.tar")
-	af, err := os.Create(archive)
+	archivePath := filepath.Join(tmp, "images.tar")
+	af, err := os.Create(archivePath)
 	if err != nil {
 		return nil, fmt.Errorf("image archive: %w", err)
 	}
-	err = writeArchive(af, images, layerPath, diff)
+	err = archive.Write(af, images, layerPath, diff)
 	if cerr := af.Close(); err == nil {
 		err = cerr
 	}
@@ -502,7 +503,7 @@ func (b *builder) load(ctx context.Context, g *Group, base, lower *engine.Image,
 		return nil, err
 	}
 	b.say(g.Name, "loading %s and %d task image(s) (serving layer %s)", g.Image, len(g.Tasks), diff[:19])
-	if err := eng.Load(ctx, archive, log); err != nil {
+	if err := eng.Load(ctx, archivePath, log); err != nil {
 		return nil, err
 	}
 	return ids, nil

@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxd/sandboxd/pkg/layer/archive"
 	"github.com/sandboxd/sandboxd/pkg/layer/engine"
 )
 
@@ -200,14 +201,14 @@ func (f *fakeEngine) Run(_ context.Context, image, _ string) (string, int, error
 	return f.probe, f.probeCode, nil
 }
 
-func (f *fakeEngine) Load(_ context.Context, archive string, _ io.Writer) error {
+func (f *fakeEngine) Load(_ context.Context, archivePath string, _ io.Writer) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "load")
 	if f.loadErr != nil {
 		return f.loadErr
 	}
-	files, err := readTar(archive)
+	files, err := readTar(archivePath)
 	if err != nil {
 		return err
 	}
@@ -221,7 +222,7 @@ func (f *fakeEngine) Load(_ context.Context, archive string, _ io.Writer) error 
 		return err
 	}
 	for _, e := range manifest {
-		var c imageConfig
+		var c archive.Config
 		if err := json.Unmarshal(files[e.Config], &c); err != nil {
 			return err
 		}

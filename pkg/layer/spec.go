@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/pkg/layer/archive"
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
 
@@ -34,12 +35,6 @@ const (
 	LabelTask    = "org.sandboxd.task"    // on a task image: the task it serves
 	LabelGroup   = "org.sandboxd.group"   // <dataset>-<hash12>
 )
-
-// layerTime is the modification time of every file adapt puts in a layer:
-// fixed, so that the same inputs make the same layer digest on any machine
-// (a checkout does not preserve mtimes); not the epoch, which zip and some
-// build tools reject as "before 1980".
-var layerTime = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // File is one entry of a layer.
 type File struct {
@@ -205,7 +200,7 @@ func (l *Layer) WriteTar(w io.Writer) (string, error) {
 	tw := tar.NewWriter(io.MultiWriter(w, h))
 	for _, f := range l.Files {
 		name := strings.TrimPrefix(f.Path, "/")
-		hdr := &tar.Header{Name: name, Mode: int64(f.Mode.Perm()), ModTime: layerTime, Format: tar.FormatPAX}
+		hdr := &tar.Header{Name: name, Mode: int64(f.Mode.Perm()), ModTime: archive.ModTime, Format: tar.FormatPAX}
 		if f.Mode.IsDir() {
 			hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
 			if err := tw.WriteHeader(hdr); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxd/sandboxd/pkg/layer/archive"
 	"github.com/sandboxd/sandboxd/pkg/layer/engine"
 )
 
@@ -161,7 +162,7 @@ func TestLayer_WriteTarIsDeterministic(t *testing.T) {
 	require.NotNil(t, sh)
 	assert.Equal(t, int64(0o755), sh.Mode)
 	assert.Equal(t, 0, sh.Uid, "owned by root in the image")
-	assert.Equal(t, layerTime, sh.ModTime.UTC())
+	assert.Equal(t, archive.ModTime, sh.ModTime.UTC())
 	assert.Equal(t, byte(tar.TypeDir), entries["media/sandboxd/"].Typeflag)
 }
 
@@ -201,8 +202,8 @@ func TestDeriveConfigAndArchive(t *testing.T) {
 	base := &engine.Image{ID: "sha256:base", Architecture: "amd64", OS: "linux", Created: "2026-01-02T03:04:05Z",
 		RawConfig: map[string]any{"User": "app", "Entrypoint": []any{"/e"}}, Layers: []string{"sha256:l1", "sha256:l2"}}
 	lower := &engine.Image{ID: "sha256:tools", Layers: []string{"sha256:l1", "sha256:l2", "sha256:l3"}}
-	hist := rebuildHistory([]engine.HistoryEntry{{CreatedBy: "RUN tools", Size: 300}, {CreatedBy: "/bin/sh -c #(nop) USER root"}, {CreatedBy: "RUN b", Size: 1}, {CreatedBy: "import", Size: 9}}, 3)
-	gc := deriveConfig(base, lower, hist, diff, l.Settings, "sandboxd adapt")
+	hist := archive.RebuildHistory([]engine.HistoryEntry{{CreatedBy: "RUN tools", Size: 300}, {CreatedBy: "/bin/sh -c #(nop) USER root"}, {CreatedBy: "RUN b", Size: 1}, {CreatedBy: "import", Size: 9}}, 3)
+	gc := archive.Derive(base, lower, hist, diff, l.Settings.Apply(base.RawConfig), "sandboxd adapt")
 	assert.Equal(t, []string{"sha256:l1", "sha256:l2", "sha256:l3", diff}, gc.RootFS.DiffIDs, "the tools layer, then ours")
 	assert.Equal(t, base.Created, gc.Created, "same inputs, same image ID")
 	assert.Equal(t, "root", gc.Config["User"])
@@ -210,21 +211,21 @@ func TestDeriveConfigAndArchive(t *testing.T) {
 	assert.Equal(t, "sandboxd adapt", gc.History[4].CreatedBy)
 	assert.False(t, gc.History[4].EmptyLayer)
 
-	gd, err := newDerived("sb/g:latest", gc)
+	gd, err := archive.NewImage("sb/g:latest", gc)
 	require.NoError(t, err)
 	tc := gc
 	tc.Config = TaskSettings(g.Tasks[0], g.Name).Apply(gc.Config)
-	td, err := newDerived("sb/ds:alpha", tc)
+	td, err := archive.NewImage("sb/ds:alpha", tc)
 	require.NoError(t, err)
 	assert.NotEqual(t, gd.ID, td.ID)
 	assert.Equal(t, gd.Layers, td.Layers, "a task image is config only")
 
-	archive := filepath.Join(t.TempDir(), "images.tar")
-	af, err := os.Create(archive)
+	archivePath := filepath.Join(t.TempDir(), "images.tar")
+	af, err := os.Create(archivePath)
 	require.NoError(t, err)
-	require.NoError(t, writeArchive(af, []derived{gd, td}, layerPath, diff))
+	require.NoError(t, archive.Write(af, []archive.Image{gd, td}, layerPath, diff))
 	require.NoError(t, af.Close())
-	files, err := readTar(archive)
+	files, err := readTar(archivePath)
 	require.NoError(t, err)
 	var manifest []struct {
 		Config   string
@@ -243,19 +244,4 @@ func TestDeriveConfigAndArchive(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{strings.TrimPrefix(diff, "sha256:") + "/layer.tar"}, layerFiles, "only the serving layer travels")
-}
-
-func TestRebuildHistory(t *testing.T) {
-	hs := []engine.HistoryEntry{ // newest first, as docker history prints
-		{CreatedBy: "/bin/sh -c #(nop)  CMD [\"bash\"]"},
-		{CreatedBy: "/bin/sh -c true"}, // a RUN that changed nothing still made a layer
-		{CreatedBy: "/bin/sh -c apt-get install x", Size: 5},
-	}
-	h := rebuildHistory(hs, 3-0)
-	assert.Nil(t, h, "three layers cannot be matched by two candidate entries")
-	h = rebuildHistory(hs, 2)
-	require.Len(t, h, 3)
-	assert.Equal(t, []bool{false, false, true}, []bool{h[0].EmptyLayer, h[1].EmptyLayer, h[2].EmptyLayer}, "oldest first")
-	h = rebuildHistory(hs, 1)
-	assert.Equal(t, []bool{false, true, true}, []bool{h[0].EmptyLayer, h[1].EmptyLayer, h[2].EmptyLayer})
 }
