@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/pkg/layer/compose"
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
 
@@ -34,8 +35,8 @@ type Group struct {
 	Name     string // <dataset>-<hash12>
 	Image    string // <prefix>/<name>:latest
 	Base     Source // how the base image is made
-	Sidecars []*Service
-	Compose  *Compose // the first task's parsed compose file; every task of the group has the same
+	Sidecars []*compose.Service
+	Compose  *compose.File // the first task's parsed compose file; every task of the group has the same
 	Tasks    []*Item
 }
 
@@ -142,9 +143,9 @@ func planTask(dir, prefix string) (*Item, *Group, error) {
 		return nil, nil, err
 	}
 	it := &Item{Task: t, Dir: dir, Warnings: append([]string{}, t.Warnings...)}
-	var c *Compose
+	var c *compose.File
 	if t.ComposeFile != "" {
-		if c, err = ParseCompose(t.ComposeFile); err != nil {
+		if c, err = compose.Parse(t.ComposeFile); err != nil {
 			return nil, nil, err
 		}
 		it.Warnings = append(it.Warnings, c.Warnings...)
@@ -182,7 +183,7 @@ var ErrNoEnvironment = errors.New("no environment")
 // baseSource decides where the base comes from, in Harbor's order: the
 // compose file's main (image: or build:), else docker_image (Harbor takes the
 // prebuilt image unless told to build), else environment/Dockerfile.
-func baseSource(t *task.Task, c *Compose) (Source, []string, error) {
+func baseSource(t *task.Task, c *compose.File) (Source, []string, error) {
 	src := Source{Timeout: t.Environment.BuildTimeout}
 	var warns []string
 	envDir := filepath.Join(t.Dir, "environment")
@@ -229,7 +230,7 @@ func (g *Group) TaskNames() []string {
 }
 
 // SidecarImage is the tag adapt gives a sidecar it builds.
-func (g *Group) SidecarImage(s *Service) string {
+func (g *Group) SidecarImage(s *compose.Service) string {
 	if s.Build == nil {
 		return s.Image
 	}

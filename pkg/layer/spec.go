@@ -315,7 +315,8 @@ func (s Settings) Apply(cfg map[string]any) map[string]any {
 	}
 	if len(s.Env) > 0 {
 		var base []string
-		for _, e := range toAnyList(out["Env"]) {
+		env, _ := out["Env"].([]any)
+		for _, e := range env {
 			base = append(base, fmt.Sprint(e))
 		}
 		if l, ok := out["Env"].([]string); ok {

@@ -1,4 +1,8 @@
-package layer
+// Package compose reads a task's environment/docker-compose.yaml for adapt
+// and writes the compose file adapt emits next to the adapted images: the
+// `main` service is the one adapted, the others become peers of main's
+// sandbox and sidecars beside it.
+package compose
 
 import (
 	"bytes"
@@ -14,10 +18,10 @@ import (
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
 
-// Compose is what adapt takes from a task's environment/docker-compose.yaml:
+// File is what adapt takes from a task's environment/docker-compose.yaml:
 // the `main` service (the one adapted), and the others, which become peers of
 // main's sandbox and sidecars in the compose file adapt emits.
-type Compose struct {
+type File struct {
 	Path     string     // the file
 	Main     *Service   // services.main; nil when the file only adds services (Harbor supplies main)
 	Sidecars []*Service // every other service, by name
@@ -43,9 +47,9 @@ type Build struct {
 	Args       map[string]string
 }
 
-// ParseCompose reads a task's compose file. Errors are *task.FieldError with
+// Parse reads a task's compose file. Errors are *task.FieldError with
 // the file, line and key, like task.toml's.
-func ParseCompose(path string) (*Compose, error) {
+func Parse(path string) (*File, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, &task.FieldError{Pos: task.Pos{File: path}, Msg: "cannot be read: " + err.Error(), Err: err}
@@ -65,7 +69,7 @@ func ParseCompose(path string) (*Compose, error) {
 		return nil, fail(nil, "", "is not a compose file: it needs a top-level mapping with services:")
 	}
 	root := doc.Content[0]
-	c := &Compose{Path: path, Extra: map[string]any{}}
+	c := &File{Path: path, Extra: map[string]any{}}
 	var services *yaml.Node
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
@@ -128,7 +132,7 @@ func parseService(path, dir string, k, v *yaml.Node) (*Service, []string, error)
 	}
 	s := &Service{Name: k.Value, Line: k.Line}
 	if s.Name != "main" && !validHost(s.Name) {
-		return nil, nil, fail(k, "", "%q is not a host name the sandbox can resolve (lower-case letters, digits, hyphens): rename the service, e.g. %q", s.Name, repoName(s.Name))
+		return nil, nil, fail(k, "", "%q is not a host name the sandbox can resolve (lower-case letters, digits, hyphens): rename the service, e.g. %q", s.Name, hostName(s.Name))
 	}
 	if err := v.Decode(&s.Raw); err != nil {
 		return nil, nil, fail(v, "", "%v", err)
@@ -307,7 +311,7 @@ func stringMap(v any) (map[string]string, error) {
 // Peers are the sidecars as sandboxd.toml declares them: each offered inside
 // the sandbox at its service name and first port, spliced to the same name
 // and port in the compose network.
-func (c *Compose) Peers() []task.Peer {
+func (c *File) Peers() []task.Peer {
 	var out []task.Peer
 	for _, s := range c.Sidecars {
 		out = append(out, task.Peer{Name: s.Name, Port: s.Port, Target: s.Name + ":" + strconv.Itoa(s.Port)})
@@ -329,7 +333,7 @@ var dropFromMain = map[string]bool{"build": true, "image": true, "command": true
 // task's image with the security options and the agents' keys passed by
 // value; each sidecar is as the task wrote it, its build: replaced by the
 // image adapt built (sidecarImages, by service name).
-func (c *Compose) Emit(taskImage string, sidecarImages map[string]string, header string) ([]byte, error) {
+func (c *File) Emit(taskImage string, sidecarImages map[string]string, header string) ([]byte, error) {
 	main := map[string]any{}
 	if c.Main != nil {
 		for k, v := range c.Main.Raw {
@@ -446,4 +450,21 @@ func validHost(n string) bool {
 func within(path, dir string) bool {
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// hostName suggests a name that validHost takes for a service it refuses:
+// lower case, every run of other characters one hyphen, none at either end,
+// at most 63 characters.
+func hostName(s string) string {
+	parts := strings.FieldsFunc(strings.ToLower(s), func(r rune) bool {
+		return (r < 'a' || r > 'z') && (r < '0' || r > '9')
+	})
+	h := strings.Join(parts, "-")
+	if len(h) > 63 {
+		h = strings.TrimRight(h[:63], "-")
+	}
+	if h == "" || h == "localhost" {
+		return "sidecar"
+	}
+	return h
 }

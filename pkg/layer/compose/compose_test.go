@@ -1,4 +1,4 @@
-package layer
+package compose
 
 import (
 	"os"
@@ -46,9 +46,9 @@ func writeCompose(t *testing.T, content string) string {
 	return p
 }
 
-func TestParseCompose(t *testing.T) {
+func TestParse(t *testing.T) {
 	p := writeCompose(t, composeRedis)
-	c, err := ParseCompose(p)
+	c, err := Parse(p)
 	require.NoError(t, err)
 	require.NotNil(t, c.Main)
 	assert.Equal(t, []string{"REDIS_URL=redis://redis:6379/0"}, c.Main.Env, "a bare NAME comes from the host: left out")
@@ -80,7 +80,7 @@ func TestParseCompose_Errors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseCompose(writeCompose(t, tc.src))
+			_, err := Parse(writeCompose(t, tc.src))
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 			assert.ErrorIs(t, err, task.ErrInvalid)
@@ -89,7 +89,7 @@ func TestParseCompose_Errors(t *testing.T) {
 }
 
 func TestCompose_Emit(t *testing.T) {
-	c, err := ParseCompose(writeCompose(t, composeRedis))
+	c, err := Parse(writeCompose(t, composeRedis))
 	require.NoError(t, err)
 	out, err := c.Emit("sb/ds:t1", map[string]string{"redis": "sb/ds-abc-redis:latest", "db": "postgres:16"}, "# header\n")
 	require.NoError(t, err)
@@ -118,7 +118,7 @@ func TestCompose_Emit(t *testing.T) {
 }
 
 func TestCompose_EmitDependsOnEverySidecar(t *testing.T) {
-	c, err := ParseCompose(writeCompose(t, "services:\n  b:\n    image: x\n    expose: [1]\n  a:\n    image: y\n    expose: [2]\n"))
+	c, err := Parse(writeCompose(t, "services:\n  b:\n    image: x\n    expose: [1]\n  a:\n    image: y\n    expose: [2]\n"))
 	require.NoError(t, err)
 	assert.Nil(t, c.Main, "Harbor supplies main")
 	out, err := c.Emit("img", nil, "")
