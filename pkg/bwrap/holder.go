@@ -12,11 +12,11 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/memfd"
+	"github.com/sandboxd/sandboxd/internal/tail"
 
 	"golang.org/x/sys/unix"
 
@@ -52,7 +52,7 @@ type Holder struct {
 	cmd        *exec.Cmd
 	pidfd      int      // pid 1 of the sandbox, to signal it and no process that reuses its pid; -1 none
 	hold       *os.File // the write end of pid 1's stdin, never written
-	stderr     *tailBuffer
+	stderr     *tail.Buffer
 	stderrDone chan struct{}
 	done       chan struct{}
 	err        error
@@ -186,7 +186,7 @@ func Start(ctx context.Context, cfg Config) (*Holder, error) {
 	if startErr != nil {
 		return nil, fmt.Errorf("start %s: %w", bwrapPath, startErr)
 	}
-	h := &Holder{Version: v, Bwrap: bwrapPath, cmd: cmd, pidfd: -1, stderr: &tailBuffer{max: 8 << 10}, stderrDone: make(chan struct{}), done: make(chan struct{})}
+	h := &Holder{Version: v, Bwrap: bwrapPath, cmd: cmd, pidfd: -1, stderr: tail.New(8 << 10), stderrDone: make(chan struct{}), done: make(chan struct{})}
 	cu.Add(h.Kill)
 	go func() {
 		io.Copy(h.stderr, errR)
@@ -510,26 +510,3 @@ func (h *Holder) Done() <-chan struct{} { return h.done }
 
 // Stderr is the tail of what bwrap printed.
 func (h *Holder) Stderr() string { return h.stderr.String() }
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-	max int
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > t.max {
-		t.buf = t.buf[len(t.buf)-t.max:]
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
-}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/tail"
 )
 
 // The daemon cannot setns into the sandbox's network namespace (it lacks
@@ -92,8 +93,8 @@ func (t Target) netnsCall(ctx context.Context, args []string, n int) ([]*os.File
 
 	cmd := t.Join([]string{"user", "net"}, roleNetns, args...)
 	cmd.ExtraFiles = []*os.File{theirs}
-	var stderr tail
-	cmd.Stderr = &stderr
+	stderr := tail.New(4096)
+	cmd.Stderr = stderr
 	err = cmd.Start()
 	theirs.Close()
 	if err != nil {
@@ -209,16 +210,3 @@ func sandboxSocket(verb string, ap netip.AddrPort) (int, error) {
 	}
 	return fd, nil
 }
-
-// tail keeps the last few KiB a helper printed, for error messages.
-type tail struct{ b []byte }
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.b = append(t.b, p...)
-	if len(t.b) > 4096 {
-		t.b = t.b[len(t.b)-4096:]
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string { return string(t.b) }

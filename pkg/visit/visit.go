@@ -53,6 +53,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/beneath"
 	"github.com/sandboxd/sandboxd/internal/memfd"
+	"github.com/sandboxd/sandboxd/internal/tail"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/join"
 )
@@ -139,7 +140,7 @@ func Run(ctx context.Context, target join.Target, view View, spec join.Spec, out
 	// reaches a namespace's pid 1 from outside it; from inside, what the
 	// visitor runs can send it nothing it has not asked for.
 	cmd.Pdeathsig = syscall.SIGKILL
-	stderr := &tail{}
+	stderr := tail.New(4096)
 	cmd.Stderr = stderr
 	cmd.WaitDelay = 5 * time.Second
 	start := time.Now()
@@ -287,16 +288,3 @@ func masks(view View) []string {
 	}
 	return out
 }
-
-// tail keeps the last few KiB a helper printed, for error messages.
-type tail struct{ b []byte }
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.b = append(t.b, p...)
-	if len(t.b) > 4096 {
-		t.b = t.b[len(t.b)-4096:]
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string { return string(t.b) }
