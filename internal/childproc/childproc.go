@@ -51,7 +51,11 @@ func Maybe() {
 
 // Environ is the whole environment of a child process of the given role.
 func Environ(role string) []string {
-	return []string{"PATH=" + defaultPath, Env + "=" + role}
+	return []string{"PATH=" + DefaultPath, Env + "=" + role}
 }
 
-const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+// DefaultPath is Docker's default PATH: the only variable that wrapper
+// processes get besides their role
+// (docs/failures.md#helpers-and-pid-1-start-with-path-only), and the PATH a
+// command is looked up in when its environment has none.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -3,7 +3,7 @@ package daemon
 import (
 	"strings"
 
-	"github.com/sandboxd/sandboxd/pkg/bwrap"
+	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 )
 
@@ -26,7 +26,7 @@ func (d *Daemon) agentEnv(u idmap.User, extra []string) []string {
 // the image's ENV (docs/failures.md#non-root-agent-keeps-the-image-env).
 func sessionEnv(image, task []string, u idmap.User, extra []string) []string {
 	var env envList
-	env.set("PATH", bwrap.DefaultPath)
+	env.set("PATH", childproc.DefaultPath)
 	env.set("HOSTNAME", "sandbox")
 	for _, kv := range image {
 		env.add(kv)

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/join"
@@ -82,7 +83,7 @@ func (s *Sandbox) Run(t testing.TB, user string, env []string, argv ...string) R
 	u, err := idmap.Lookup("/", user)
 	require.NoError(t, err)
 	if env == nil {
-		env = []string{"PATH=" + bwrap.DefaultPath, "HOME=" + u.Home}
+		env = []string{"PATH=" + childproc.DefaultPath, "HOME=" + u.Home}
 	}
 	st, err := s.Target.Command(join.Spec{User: u, Env: env, Dir: "", Argv: argv})
 	require.NoError(t, err)

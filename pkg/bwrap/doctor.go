@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/join"
 )
@@ -139,6 +140,9 @@ func Doctor(ctx context.Context, cfg DoctorConfig) Report {
 	}
 	defer os.RemoveAll(harness)
 	os.WriteFile(filepath.Join(harness, HarnessMarker), nil, 0o600)
+	if real, err := RealPath(harness); err == nil {
+		harness = real // /media may be a symlink: only a real path is hidden
+	}
 
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -201,7 +205,7 @@ func named(checks []Check, name string) bool {
 }
 
 func runJoined(t join.Target, u idmap.User, script string) (string, error) {
-	st, err := t.Command(join.Spec{User: u, Env: []string{"PATH=" + DefaultPath}, Dir: "/", Argv: []string{"/bin/sh", "-c", script}})
+	st, err := t.Command(join.Spec{User: u, Env: []string{"PATH=" + childproc.DefaultPath}, Dir: "/", Argv: []string{"/bin/sh", "-c", script}})
 	if err != nil {
 		return "", err
 	}

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/memfd"
 	"github.com/sandboxd/sandboxd/internal/tail"
 
@@ -162,7 +163,7 @@ func Start(ctx context.Context, cfg Config) (*Holder, error) {
 	cmd := exec.Command(bwrapPath, "--args", fmt.Sprint(fdArgs), "--", "/bin/sh", "-c", payload)
 	// bwrap's environment is pid 1's environment inside: PATH only
 	// (docs/failures.md#helpers-and-pid-1-start-with-path-only).
-	cmd.Env = []string{"PATH=" + DefaultPath}
+	cmd.Env = []string{"PATH=" + childproc.DefaultPath}
 	cmd.Dir = "/"
 	// Stdin is a pipe the daemon holds and never writes: pid 1 blocks on it.
 	holdR, holdW, err := os.Pipe()

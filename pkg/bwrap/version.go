@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+
+	"github.com/sandboxd/sandboxd/internal/childproc"
 )
 
 // Version is a bubblewrap release.
@@ -70,7 +72,7 @@ func Probe(ctx context.Context, path string) (string, Version, error) {
 	}
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, full, "--version")
-	cmd.Stdout, cmd.Stderr, cmd.Env = &out, &out, []string{"PATH=" + DefaultPath}
+	cmd.Stdout, cmd.Stderr, cmd.Env = &out, &out, []string{"PATH=" + childproc.DefaultPath}
 	if err := cmd.Run(); err != nil {
 		return "", Version{}, fmt.Errorf("run %s --version: %w: %s", full, err, strings.TrimSpace(out.String()))
 	}
@@ -83,7 +85,3 @@ func Probe(ctx context.Context, path string) (string, Version, error) {
 	}
 	return full, v, nil
 }
-
-// DefaultPath is Docker's default PATH, the only variable that wrapper
-// processes get (docs/failures.md#helpers-and-pid-1-start-with-path-only).
-const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -65,7 +65,7 @@ func (w *world) config(t *testing.T, tests string) grade.Config {
 		HarnessDir: w.harness,
 		Tests:      tests,
 		User:       u,
-		Env:        []string{"PATH=" + bwrap.DefaultPath, "HOME=" + u.Home},
+		Env:        []string{"PATH=" + childproc.DefaultPath, "HOME=" + u.Home},
 		Workdir:    t.TempDir(),
 		Timeout:    60 * time.Second,
 		LogsDir:    w.logs,

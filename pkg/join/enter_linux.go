@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/childproc"
 )
 
 // The enter step: what turns a process joined into the sandbox's namespaces
@@ -55,10 +57,6 @@ type enterPlan struct {
 	slash                   bool
 }
 
-// defaultPath is the PATH a command is looked up in when its environment
-// has none.
-const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
 // planEnter prepares the enter step for spec.
 func planEnter(s Spec, limits Limits) (*enterPlan, error) {
 	if len(s.Argv) == 0 {
@@ -102,7 +100,7 @@ func planEnter(s Spec, limits Limits) (*enterPlan, error) {
 	if s.Path != "" {
 		e.name = s.Path
 	}
-	e.pathList = defaultPath
+	e.pathList = childproc.DefaultPath
 	for _, kv := range s.Env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 			e.pathList = v

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
@@ -109,7 +110,7 @@ func TestSessionKeepsOddSizedWritesInOrder(t *testing.T) {
 			var out recorder
 			cfg := Config{
 				Target: sb.Target,
-				Spec:   join.Spec{User: u, Env: []string{"PATH=" + bwrap.DefaultPath}, Argv: []string{"/bin/sh", "-c", strings.Join(script, "; ")}},
+				Spec:   join.Spec{User: u, Env: []string{"PATH=" + childproc.DefaultPath}, Argv: []string{"/bin/sh", "-c", strings.Join(script, "; ")}},
 				Stdout: &out,
 			}
 			expected := want.String()

@@ -36,7 +36,7 @@ func spec(t *testing.T, user string, argv ...string) join.Spec {
 	t.Helper()
 	u, err := idmap.Lookup("/", user)
 	require.NoError(t, err)
-	return join.Spec{User: u, Env: []string{"PATH=" + bwrap.DefaultPath, "HOME=" + u.Home}, Argv: argv}
+	return join.Spec{User: u, Env: []string{"PATH=" + childproc.DefaultPath, "HOME=" + u.Home}, Argv: argv}
 }
 
 func sh(t *testing.T, user, script string) join.Spec {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
@@ -39,7 +40,7 @@ func TestOutputWrittenBeforeExitSurvivesAStarvedRelay(t *testing.T) {
 	// write takes longer than the whole quiet period.
 	sess, err := Start(Config{
 		Target: sb.Target,
-		Spec:   join.Spec{User: u, Env: []string{"PATH=" + bwrap.DefaultPath}, Argv: []string{"/bin/sh", "-c", "i=0; while [ $i -lt 256 ]; do head -c 1023 /dev/zero | tr '\\0' x; echo; i=$((i+1)); done"}},
+		Spec:   join.Spec{User: u, Env: []string{"PATH=" + childproc.DefaultPath}, Argv: []string{"/bin/sh", "-c", "i=0; while [ $i -lt 256 ]; do head -c 1023 /dev/zero | tr '\\0' x; echo; i=$((i+1)); done"}},
 		Stdout: out, DrainQuiet: 5 * time.Millisecond, DrainMax: 10 * time.Millisecond,
 	})
 	require.NoError(t, err)

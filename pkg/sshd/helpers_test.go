@@ -135,7 +135,7 @@ func startServer(t testing.TB, o options) *testServer {
 	srv, err := sshd.New(sshd.Config{
 		Target: sb.Target,
 		Agent: func() (sshd.Agent, error) {
-			return sshd.Agent{User: u, Dir: dir, Env: []string{"PATH=" + bwrap.DefaultPath, "HOME=" + u.Home, "LANG=C.UTF-8"}}, nil
+			return sshd.Agent{User: u, Dir: dir, Env: []string{"PATH=" + childproc.DefaultPath, "HOME=" + u.Home, "LANG=C.UTF-8"}}, nil
 		},
 		HostKey:            hostKey,
 		AgentKeys:          agentKeys,
