@@ -3,6 +3,7 @@ package attack
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,7 +27,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/daemon"
-	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/grade"
@@ -41,6 +41,13 @@ import (
 // attack-in-container below). The container reports each attempt on a line
 // of its own.
 func TestEscape_SharedFilesystem(t *testing.T) {
+	runInContainer(t, roleInContainer)
+}
+
+// runInContainer starts this test binary as role in a throwaway Debian
+// bookworm container, with the documented security options and no network,
+// and records every attempt it reports.
+func runInContainer(t *testing.T, role string) {
 	requireTools(t, "docker")
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
@@ -58,7 +65,7 @@ func TestEscape_SharedFilesystem(t *testing.T) {
 		"--security-opt", "systempaths=unconfined",
 		"--security-opt", "apparmor=unconfined",
 		"-v", self+":/opt/attack.test:ro",
-		"-e", childproc.Env+"="+roleInContainer,
+		"-e", childproc.Env+"="+role,
 		image, "/opt/attack.test")
 	t.Cleanup(func() { exec.Command("docker", "rm", "-f", name).Run() })
 	var stderr bytes.Buffer
@@ -77,7 +84,13 @@ func TestEscape_SharedFilesystem(t *testing.T) {
 		}
 		var a containerAttempt
 		require.NoError(t, json.Unmarshal([]byte(line), &a))
-		t.Run(a.Agent+"/"+a.Name, func(t *testing.T) { record(t, a.Name, a.Held, a.Detail) })
+		t.Run(a.Agent+"/"+a.Name, func(t *testing.T) {
+			if a.Broken {
+				t.Errorf("the attempt could not be set up: %s", clip(a.Detail, 2000))
+				return
+			}
+			record(t, a.Name, a.Held, a.Detail)
+		})
 		n++
 	}
 	err = cmd.Wait()
@@ -94,10 +107,13 @@ type containerAttempt struct {
 	Name   string `json:"name"`
 	Held   bool   `json:"held"`
 	Detail string `json:"detail"`
+	// Broken means the attempt could not be made at all: the test's fault,
+	// not a result.
+	Broken bool `json:"broken,omitempty"`
 }
 
 func report(agent, name string, held bool, detail string) {
-	b, _ := json.Marshal(containerAttempt{agent, name, held, detail})
+	b, _ := json.Marshal(containerAttempt{Agent: agent, Name: name, Held: held, Detail: detail})
 	fmt.Printf("ATTEMPT %s\n", b)
 }
 
@@ -108,17 +124,46 @@ func inContainer(_ []string) int {
 		fmt.Fprintf(os.Stderr, "attack-in-container: "+format+"\n", args...)
 		return 1
 	}
-	// Two loopback services: the one an allowlisted name stands for, and
-	// one no name on the list stands for.
-	var legitHits, forbiddenHits atomic.Int64
+	_, forbiddenHits, err := startBannerServices()
+	if err != nil {
+		return fail("%v", err)
+	}
+	if err := appendHosts("127.0.0.2 allowed.test"); err != nil {
+		return fail("%v", err)
+	}
+	// Each agent against a rollout of its own, the non-root one first.
+	for _, a := range slices.Backward(agents) {
+		if err := containerRollout(a.name, a.user, forbiddenHits); err != nil {
+			return fail("%s: %v", a.name, err)
+		}
+	}
+	return 0
+}
+
+// appendHosts adds a line to the container's /etc/hosts, as an image would
+// carry it.
+func appendHosts(line string) error {
+	hosts, _ := os.ReadFile("/etc/hosts")
+	if err := os.WriteFile("/etc/hosts", append(hosts, []byte(line+"\n")...), 0o644); err != nil {
+		return fmt.Errorf("hosts: %w", err)
+	}
+	return nil
+}
+
+// startBannerServices starts two loopback services in the container: the
+// one an allowlisted name (or a peer) stands for, answering "legit", and one
+// that no name on any list stands for, answering "forbidden". It returns how
+// many connections each got.
+func startBannerServices() (legit, forbidden *atomic.Int64, err error) {
+	legit, forbidden = new(atomic.Int64), new(atomic.Int64)
 	for _, s := range []struct {
 		addr   string
 		banner string
 		hits   *atomic.Int64
-	}{{"127.0.0.2:8080", "legit", &legitHits}, {"127.0.0.3:8080", "forbidden", &forbiddenHits}} {
+	}{{"127.0.0.2:8080", "legit", legit}, {"127.0.0.3:8080", "forbidden", forbidden}} {
 		ln, err := net.Listen("tcp", s.addr)
 		if err != nil {
-			return fail("listen %s: %v", s.addr, err)
+			return nil, nil, fmt.Errorf("listen %s: %v", s.addr, err)
 		}
 		go func() {
 			for {
@@ -141,81 +186,113 @@ func inContainer(_ []string) int {
 			}
 		}()
 	}
-	hosts, _ := os.ReadFile("/etc/hosts")
-	if err := os.WriteFile("/etc/hosts", append(hosts, []byte("127.0.0.2 allowed.test\n")...), 0o644); err != nil {
-		return fail("hosts: %v", err)
-	}
-	// Each agent against a rollout of its own, the non-root one first.
-	for _, a := range slices.Backward(agents) {
-		if err := containerRollout(a.name, a.user, &legitHits, &forbiddenHits); err != nil {
-			return fail("%s: %v", a.name, err)
-		}
-	}
-	return 0
+	return legit, forbidden, nil
 }
 
-func containerRollout(agent, user string, legitHits, forbiddenHits *atomic.Int64) error {
-	harness := "/media/sandboxd-" + agent
-	name := "escape-task-" + randomHex(6)
-	secret := "TESTS-SECRET-" + randomHex(12)
-	taskDir := filepath.Join(daemon.TasksDir(harness), name)
+// containerServe is a task served in the container: the daemon runs in this
+// process, which is the container's pid 1, as serve is in production.
+type containerServe struct {
+	harness, taskName, secret, workdir string
+	client                             control.Client
+	holder                             int
+	cancel                             context.CancelFunc
+	done                               chan error
+}
+
+type containerServeOptions struct {
+	harness    string // "" is /media/sandboxd-<agent>
+	testScript string // "" is defaultTestScript
+	// configure adjusts the configuration after daemon.Configure.
+	configure func(cfg *daemon.Config) error
+}
+
+// serveInContainer bakes a task into a harness dir as an adapted image
+// carries it and serves it for the agent user, in a workdir of its own.
+func serveInContainer(agent, user string, o containerServeOptions) (*containerServe, error) {
+	s := &containerServe{harness: cmp.Or(o.harness, "/media/sandboxd-"+agent), taskName: "escape-task-" + randomHex(6), secret: "TESTS-SECRET-" + randomHex(12)}
 	files := map[string]string{
 		"task.toml":        "schema_version = \"1.1\"\n\n[verifier]\ntimeout_sec = 10.0\n",
 		"instruction.md":   "Get out.\n",
-		"tests/test.sh":    "#!/bin/sh\n" + defaultTestScript,
-		"tests/secret.txt": secret + "\n",
+		"tests/test.sh":    "#!/bin/sh\n" + cmp.Or(o.testScript, defaultTestScript),
+		"tests/secret.txt": s.secret + "\n",
 	}
-	if err := writeTree(taskDir, files); err != nil {
-		return err
+	if err := writeTree(filepath.Join(daemon.TasksDir(s.harness), s.taskName), files); err != nil {
+		return nil, err
 	}
-	os.WriteFile(filepath.Join(harness, bwrap.HarnessMarker), nil, 0o600)
-	workdir := "/work-" + agent
-	os.MkdirAll(workdir, 0o1777)
-	os.Chmod(workdir, 0o1777)
+	os.WriteFile(filepath.Join(s.harness, bwrap.HarnessMarker), nil, 0o600)
+	s.workdir = "/work-" + agent
+	os.MkdirAll(s.workdir, 0o1777)
+	os.Chmod(s.workdir, 0o1777)
 
-	cfg := daemon.Config{HarnessDir: harness, Workdir: workdir, AgentUser: user, Log: slog.New(slog.DiscardHandler)}
-	cfg, err := daemon.Configure(cfg, name, nil, func(string) (string, bool) { return "", false })
+	cfg := daemon.Config{HarnessDir: s.harness, Workdir: s.workdir, AgentUser: user, Log: slog.New(slog.DiscardHandler)}
+	cfg, err := daemon.Configure(cfg, s.taskName, nil, func(string) (string, bool) { return "", false })
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// The production resolver (a snapshot of /etc/hosts taken now), minus
-	// DNS, so that nothing leaves.
-	snap, err := egress.NewSnapshotResolver("/etc/hosts", "/etc/resolv.conf")
-	if err != nil {
-		return err
+	if o.configure != nil {
+		if err := o.configure(&cfg); err != nil {
+			return nil, err
+		}
 	}
-	cfg.Resolver = snap.WithServers()
-	policy := egress.Policy{Mode: egress.Allowlist, AllowedHosts: []string{"allowed.test"}, AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
-	cfg.Network = daemon.Network{Agent: policy, Verifier: policy}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- daemon.Run(ctx, cfg) }()
-	c := control.Client{HarnessDir: harness}
+	s.cancel, s.done = cancel, make(chan error, 1)
+	go func() { s.done <- daemon.Run(ctx, cfg) }()
+	s.client = control.Client{HarnessDir: s.harness}
 	deadline := time.Now().Add(20 * time.Second)
-	for c.Call(context.Background(), control.Request{Op: "status"}, nil) != nil {
+	var st daemon.Status
+	for s.client.Call(context.Background(), control.Request{Op: "status"}, &st) != nil {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("serve did not come up")
+			cancel()
+			return nil, fmt.Errorf("serve did not come up")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	sh := func(script string) (string, int) {
-		out := &sandboxtest.Buffer{Max: outputMax}
-		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
-		defer ccancel()
-		exit, err := c.Exec(cctx, control.Request{Argv: []string{"/bin/bash", "-c", script}}, control.Streams{Stdout: out, Stderr: out})
+	s.holder = st.Sandbox.PID
+	return s, nil
+}
+
+// sh runs a script as the agent, in the workdir, with its output mixed.
+func (s *containerServe) sh(script string) (string, int) {
+	x := execResult(s.client, control.Request{Argv: []string{"/bin/bash", "-c", script}}, time.Minute)
+	if x.err != nil {
+		return x.output() + x.err.Error(), -1
+	}
+	return x.output(), x.code
+}
+
+func (s *containerServe) gradeWithin(d time.Duration) (grade.Verdict, error) {
+	return callGrade(s.client, d)
+}
+
+// stop ends serve and waits for it.
+func (s *containerServe) stop() error {
+	s.cancel()
+	select {
+	case <-s.done:
+		return nil
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("serve did not stop")
+	}
+}
+
+func containerRollout(agent, user string, forbiddenHits *atomic.Int64) error {
+	s, err := serveInContainer(agent, user, containerServeOptions{configure: func(cfg *daemon.Config) error {
+		// The production resolver (a snapshot of /etc/hosts taken now),
+		// minus DNS, so that nothing leaves.
+		snap, err := egress.NewSnapshotResolver("/etc/hosts", "/etc/resolv.conf")
 		if err != nil {
-			return out.String() + err.Error(), -1
+			return err
 		}
-		return out.String(), exit.Code
+		cfg.Resolver = snap.WithServers()
+		policy := egress.Policy{Mode: egress.Allowlist, AllowedHosts: []string{"allowed.test"}, AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+		cfg.Network = daemon.Network{Agent: policy, Verifier: policy}
+		return nil
+	}})
+	if err != nil {
+		return err
 	}
-	gradeWithin := func(d time.Duration) (grade.Verdict, error) {
-		gctx, gcancel := context.WithTimeout(context.Background(), d)
-		defer gcancel()
-		var v grade.Verdict
-		err := c.Call(gctx, control.Request{Op: "grade"}, &v)
-		return v, err
-	}
+	defer s.cancel()
+	harness, secret, sh, gradeWithin := s.harness, s.secret, s.sh, s.gradeWithin
 	connect := `exec 3<>/dev/tcp/127.0.0.1/3128 || exit 1
 printf 'CONNECT allowed.test:8080 HTTP/1.1\r\nHost: allowed.test:8080\r\n\r\n' >&3
 read -r status <&3; echo "$status"
@@ -322,11 +399,5 @@ exec /usr/bin/nsenter "$@"
 	// The daemon served all along.
 	out, code = sh("echo alive")
 	report(agent, "the daemon serves after all of it", code == 0 && out == "alive\n", out)
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		return fmt.Errorf("serve did not stop")
-	}
-	return nil
+	return s.stop()
 }

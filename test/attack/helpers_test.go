@@ -13,7 +13,10 @@
 // Names are answered by a fake resolver; no DNS query leaves the machine.
 // Writes go to a small tmpfs workdir, never to the machine's own files: the
 // attempts that must write the shared filesystem (replace a helper binary,
-// /etc/hosts, /etc/passwd) run inside a throwaway container.
+// /etc/hosts, /etc/passwd) run inside a throwaway container. The one
+// exception is the race class's host run, which renames and replaces /tests,
+// /logs and a missing /run/user — names only sandboxd's tests use, under
+// their shared lock — and directories it made, and puts each back.
 package attack
 
 import (
@@ -92,6 +95,9 @@ type rolloutOptions struct {
 	// testScript replaces the default verifier, which writes reward 0 and
 	// prints the tests' secret.
 	testScript string
+	// harness is a marked harness dir the caller made; "" is a fresh one
+	// under /media.
+	harness string
 }
 
 // envSecretName is a variable in the daemon's own environment: a harness
@@ -108,8 +114,10 @@ func serveTask(t *testing.T, o rolloutOptions) *rollout {
 	}
 	t.Helper()
 	sandboxtest.RequireRoot(t)
-	r := &rollout{secrets: map[string]string{}}
-	r.harness = sandboxtest.HarnessDir(t)
+	r := &rollout{secrets: map[string]string{}, harness: o.harness}
+	if r.harness == "" {
+		r.harness = sandboxtest.HarnessDir(t)
+	}
 	r.taskName = "escape-task-" + randomHex(6)
 	r.testsSecret = "TESTS-SECRET-" + randomHex(12)
 	solutionSecret := "SOLUTION-SECRET-" + randomHex(12)
@@ -249,10 +257,16 @@ type result struct {
 func (x result) output() string { return x.stdout + x.stderr }
 
 func (r *rollout) exec(req control.Request, timeout time.Duration) result {
+	return execResult(r.client, req, timeout)
+}
+
+// execResult runs one exec request through the control socket, as `sandboxd
+// exec` does, giving up after timeout.
+func execResult(c control.Client, req control.Request, timeout time.Duration) result {
 	out, errb := &sandboxtest.Buffer{Max: outputMax}, &sandboxtest.Buffer{Max: outputMax}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	exit, err := r.client.Exec(ctx, req, control.Streams{Stdout: out, Stderr: errb})
+	exit, err := c.Exec(ctx, req, control.Streams{Stdout: out, Stderr: errb})
 	return result{stdout: out.String(), stderr: errb.String(), code: exit.Code, err: err}
 }
 
@@ -264,11 +278,19 @@ func (r *rollout) sh(script string) result {
 // grade grades through the control socket, as `sandboxd grade` does.
 func (r *rollout) grade(t *testing.T, timeout time.Duration) grade.Verdict {
 	t.Helper()
+	v, err := callGrade(r.client, timeout)
+	require.NoError(t, err)
+	return v
+}
+
+// callGrade asks the daemon for a grading and waits at most timeout for the
+// verdict.
+func callGrade(c control.Client, timeout time.Duration) (grade.Verdict, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var v grade.Verdict
-	require.NoError(t, r.client.Call(ctx, control.Request{Op: "grade"}, &v))
-	return v
+	err := c.Call(ctx, control.Request{Op: "grade"}, &v)
+	return v, err
 }
 
 // genuine reports whether a verdict is the verifier's own: graded, with the
