@@ -6,6 +6,7 @@ package sandboxtest
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,32 +21,62 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/procfs"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/join"
 )
 
-// Strict reports whether privileged tests must run rather than skip.
-func Strict() bool {
-	return os.Getenv("CI") != "" || os.Getenv("SANDBOXD_REQUIRE_PRIVILEGED") == "1"
+// Strict reports whether privileged tests must run rather than skip: under
+// make (SANDBOXD_REQUIRE_PRIVILEGED=1) and in CI.
+func Strict() bool { return os.Getenv("CI") != "" || underMake() }
+
+func underMake() bool { return os.Getenv("SANDBOXD_REQUIRE_PRIVILEGED") == "1" }
+
+// Need ends a test that lacks what it needs, named by what: a failure where
+// privileged tests must run (Strict), a skip that names it elsewhere.
+func Need(t testing.TB, what string) {
+	t.Helper()
+	need(t, Strict(), what)
 }
 
-// RequireRoot skips (or, in CI, fails) a test that needs root and bwrap.
+// NeedUnderMake is Need for a test that CI does not run (the e2e, whose
+// images need debootstrap and a Docker engine): a failure under make only.
+func NeedUnderMake(t testing.TB, what string) {
+	t.Helper()
+	need(t, underMake(), what)
+}
+
+func need(t testing.TB, strict bool, what string) {
+	t.Helper()
+	if strict {
+		t.Fatalf("needs %s, and this run must not skip it", what)
+	}
+	t.Skipf("needs %s (SANDBOXD_REQUIRE_PRIVILEGED=1 makes this a failure)", what)
+}
+
+// RequireRoot ends a test that needs root and bwrap without them (see Need).
 func RequireRoot(t testing.TB) {
 	t.Helper()
-	missing := ""
 	if os.Geteuid() != 0 {
-		missing = "root (run the tests as root: sudo make test)"
+		Need(t, "root (run the tests as root: sudo make test)")
 	} else if _, err := exec.LookPath("bwrap"); err != nil {
-		missing = "bwrap (apt-get install bubblewrap)"
+		Need(t, "bwrap (apt-get install bubblewrap)")
 	}
-	if missing == "" {
-		return
+}
+
+// ProcsOf lists this machine's processes whose command line (arguments
+// joined by spaces) starts with prefix: what a test looks for when it checks
+// that a session left nothing behind.
+func ProcsOf(prefix string) []int {
+	var out []int
+	for _, pid := range procfs.PIDs() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && strings.HasPrefix(strings.ReplaceAll(string(b), "\x00", " "), prefix) {
+			out = append(out, pid)
+		}
 	}
-	if Strict() {
-		t.Fatalf("this privileged test needs %s, and CI must run it", missing)
-	}
-	t.Skipf("needs %s", missing)
+	return out
 }
 
 // Sandbox is a started holder and the target to join it.

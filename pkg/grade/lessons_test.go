@@ -572,11 +572,7 @@ func TestPlantedTestsSymlinkChangesNothing(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(fake, "test.sh"), []byte("#!/bin/sh\ntouch "+ran+"\necho 1 > /logs/verifier/reward.txt\n"), 0o755))
 	sandboxtest.SharedTests(t)
 	if err := os.Symlink(fake, "/tests"); err != nil {
-		msg := fmt.Sprintf("cannot plant /tests (%v): a /tests left in this machine's root filesystem is what an agent would see; remove it", err)
-		if sandboxtest.Strict() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		sandboxtest.Need(t, fmt.Sprintf("to plant /tests (%v): a /tests left in this machine's root filesystem is what an agent would see; remove it", err))
 	}
 	t.Cleanup(func() { os.Remove("/tests") })
 

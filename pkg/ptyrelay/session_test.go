@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -294,34 +293,12 @@ func TestKillTakesTheWholeTree(t *testing.T) {
 		Stdout: &out,
 	})
 	out.WaitFor(t, "ready")
-	before := substratePIDsOf(t, "sleep 100")
+	before := sandboxtest.ProcsOf("sleep 100")
 	require.Len(t, before, 3, "three sleepers inside the sandbox")
 	s.Kill()
 	waitExit(t, s)
-	require.Eventually(t, func() bool { return len(substratePIDsOf(t, "sleep 100")) == 0 }, 5*time.Second, 10*time.Millisecond,
-		"children outlived the killed leader: %v", substratePIDsOf(t, "sleep 100"))
-}
-
-// substratePIDsOf lists processes whose command line starts with prefix.
-func substratePIDsOf(t *testing.T, prefix string) []int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	require.NoError(t, err)
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		if strings.HasPrefix(strings.ReplaceAll(string(b), "\x00", " "), prefix) {
-			out = append(out, pid)
-		}
-	}
-	return out
+	require.Eventually(t, func() bool { return len(sandboxtest.ProcsOf("sleep 100")) == 0 }, 5*time.Second, 10*time.Millisecond,
+		"children outlived the killed leader: %v", sandboxtest.ProcsOf("sleep 100"))
 }
 
 // TestBackgroundChildOutlivesItsSession pins that a session ends at its
@@ -371,7 +348,7 @@ func TestOrphansNeverReachTheDaemon(t *testing.T) {
 	assert.Equal(t, 9, exit.Code)
 	sandboxNS, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", sb.Holder.PID))
 	require.NoError(t, err)
-	orphans := append(substratePIDsOf(t, "sleep 1003"), substratePIDsOf(t, "sleep 1004")...)
+	orphans := append(sandboxtest.ProcsOf("sleep 1003"), sandboxtest.ProcsOf("sleep 1004")...)
 	require.Len(t, orphans, 2)
 	for _, pid := range orphans {
 		ppid := parentOf(t, pid)

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/join"
 )
 
@@ -192,7 +193,7 @@ func TestBadInputLeavesNoTrace(t *testing.T) {
 			nc.Close() // no SSH goodbye: the TCP connection just ends
 			c.Close()
 		}
-		require.Eventually(t, func() bool { return len(procsOf("yes vanish")) == 0 }, 10*time.Second, 20*time.Millisecond)
+		require.Eventually(t, func() bool { return len(sandboxtest.ProcsOf("yes vanish")) == 0 }, 10*time.Second, 20*time.Millisecond)
 	})
 
 	t.Run("unknown key and silent connection", func(t *testing.T) {

@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -262,33 +261,10 @@ func output(t testing.TB, c *ssh.Client, cmd string) (string, string, int, strin
 	}
 }
 
-// procsOf lists substrate processes whose command line starts with prefix.
-func procsOf(prefix string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		if strings.HasPrefix(strings.ReplaceAll(string(b), "\x00", " "), prefix) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
 func requireTool(t testing.TB, path, pkg string) {
 	t.Helper()
 	if _, err := exec.LookPath(path); err != nil {
-		if sandboxtest.Strict() {
-			t.Fatalf("needs %s (apt-get install %s), and CI must run this test", path, pkg)
-		}
-		t.Skipf("needs %s (apt-get install %s)", path, pkg)
+		sandboxtest.Need(t, fmt.Sprintf("%s (apt-get install %s)", path, pkg))
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/sshd"
 )
 
@@ -125,8 +126,8 @@ func TestTimeoutDeliversWhatWasPrinted(t *testing.T) {
 	assert.True(t, strings.HasSuffix(out, "line-999\n"))
 	// The whole tree went, not only the leader
 	// (docs/failures.md#timeout-kills-the-whole-tree).
-	require.Eventually(t, func() bool { return len(procsOf("sleep 100")) == 0 }, 5*time.Second, 20*time.Millisecond,
-		"timed-out session left %v", procsOf("sleep 100"))
+	require.Eventually(t, func() bool { return len(sandboxtest.ProcsOf("sleep 100")) == 0 }, 5*time.Second, 20*time.Millisecond,
+		"timed-out session left %v", sandboxtest.ProcsOf("sleep 100"))
 }
 
 func TestExitStatusesExactUnderLoad(t *testing.T) {
@@ -207,9 +208,9 @@ func TestDisconnectKillsTheSessionGroup(t *testing.T) {
 	buf := make([]byte, 6)
 	_, err = io.ReadFull(out, buf)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return len(procsOf("sleep 123")) == 2 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(sandboxtest.ProcsOf("sleep 123")) == 2 }, 5*time.Second, 10*time.Millisecond)
 	c.Close()
-	require.Eventually(t, func() bool { return len(procsOf("sleep 123")) == 0 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return len(sandboxtest.ProcsOf("sleep 123")) == 0 }, 10*time.Second, 20*time.Millisecond)
 }
 
 func TestSignalRequestReachesTheGroup(t *testing.T) {

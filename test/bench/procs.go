@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/procfs"
 )
 
 // bench is one run: its options, what it started, and what it measured.
@@ -336,12 +338,7 @@ func readStat(pid int) (procStat, bool) {
 func processTree(pid int) []procStat {
 	stats := map[int]procStat{}
 	children := map[int][]int{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, p := range procfs.PIDs() {
 		st, ok := readStat(p)
 		if !ok || len(st.rest) < 2 {
 			continue

@@ -35,6 +35,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/layer"
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
@@ -91,12 +92,7 @@ func TestMain(m *testing.M) {
 // base images exist. Missing prerequisites fail the run under make (which
 // sets SANDBOXD_REQUIRE_PRIVILEGED) and skip it otherwise.
 func setup(t *testing.T) *env {
-	missing := func(what string) {
-		if os.Getenv("SANDBOXD_REQUIRE_PRIVILEGED") != "" {
-			t.Fatalf("e2e needs %s", what)
-		}
-		t.Skipf("e2e needs %s (set SANDBOXD_REQUIRE_PRIVILEGED=1 to make this a failure)", what)
-	}
+	missing := func(what string) { sandboxtest.NeedUnderMake(t, what) }
 	if os.Geteuid() != 0 {
 		missing("root (images/base.sh runs debootstrap)")
 	}
