@@ -241,6 +241,12 @@ func Start(ctx context.Context, cfg Config) (*Holder, error) {
 	if h.Namespaces, err = ownNamespaces(h.PID); err != nil {
 		return nil, err
 	}
+	if !NewArgs(v).Has("--perms") {
+		// Before any session: no agent code has run in the sandbox yet.
+		if err := makeDataFilesReadable(h.PID, cfg.Files); err != nil {
+			return nil, h.died(err)
+		}
+	}
 	cu.Release()
 	h.hold = holdW
 	infoR.Close()
@@ -504,6 +510,36 @@ func (h *Holder) Kill() {
 		unix.Close(h.pidfd)
 		h.pidfd = -1
 	}
+}
+
+// makeDataFilesReadable makes the writable data files of the sandbox whose
+// pid 1 is pid readable by every user, as bwrap from 0.5 on does with --perms
+// (its data files are 0600 root otherwise). A read-only one keeps bwrap's
+// mode: its bind cannot be changed.
+func makeDataFilesReadable(pid int, files []DataFile) error {
+	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the sandbox's root: %w", err)
+	}
+	defer unix.Close(root)
+	for _, f := range files {
+		if f.ReadOnly {
+			continue
+		}
+		fd, err := unix.Openat2(root, f.Path, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		if err != nil {
+			return fmt.Errorf("open the sandbox's %s: %w", f.Path, err)
+		}
+		err = unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), 0o644)
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("make the sandbox's %s readable: %w", f.Path, err)
+		}
+	}
+	return nil
 }
 
 // Done is closed when bwrap has exited.

@@ -104,6 +104,13 @@ func (p *mountPlan) emit(a *Args) error {
 		if err != nil {
 			return err
 		}
+		// Readable by every user, as the files they stand in for are:
+		// bwrap makes a data file 0600 root otherwise, and a non-root
+		// agent could then resolve no name. Before 0.5 there is no
+		// --perms; Start gives the writable ones their mode instead.
+		if a.Has("--perms") {
+			a.Add("--perms", "0644")
+		}
 		if f.ReadOnly {
 			a.AddFD("--ro-bind-data", fd, f.Path)
 		} else {
@@ -153,6 +160,15 @@ func (p *mountPlan) hide(a *Args) error {
 		}
 		if _, err := os.Lstat(p.path(h)); err != nil {
 			continue // nothing there, nothing to hide
+		}
+		// Through a symlink, the link's name would be hidden and its
+		// target bound back as a sibling: only a real path is hidden.
+		real, err := filepath.EvalSymlinks(p.path(h))
+		if err != nil {
+			return fmt.Errorf("hide %s: %w", h, err)
+		}
+		if real != p.path(h) {
+			return fmt.Errorf("hide %s: the path goes through a symlink (it is %s): hide its real path, resolved once before the sandbox is built (RealPath)", h, real)
 		}
 		parent := filepath.Dir(h)
 		if parent == "/" {

@@ -280,3 +280,25 @@ func TestDataFileNeverWrittenIntoSharedFilesystem(t *testing.T) {
 	_, err := os.Lstat(filepath.Join(dir, "added.conf"))
 	assert.True(t, os.IsNotExist(err), "the file exists in the substrate")
 }
+
+// A data file stands in for a file every user reads (/etc/hosts with the
+// peers): a non-root agent can read it, so it can resolve localhost and the
+// peers' names. bwrap makes data files 0600 root unless told otherwise.
+func TestDataFilesAreReadableByEveryUser(t *testing.T) {
+	// A directory every user may enter (t.TempDir's parent is 0700).
+	dir, err := os.MkdirTemp("/tmp", "sandboxd-datafile-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	sb := sandboxtest.Start(t, bwrap.Config{Files: []bwrap.DataFile{
+		{Path: "/etc/hosts", Data: []byte("127.0.0.1 localhost\n127.0.0.2 db\n")},
+		{Path: filepath.Join(dir, "ro.conf"), Data: []byte("read only\n"), ReadOnly: true},
+	}})
+	r := sb.Sh(t, "1000:1000", "getent hosts db localhost && cat /etc/hosts")
+	require.Equal(t, 0, r.Code, "a non-root agent cannot read the sandbox's hosts file: %s", r.Stderr)
+	assert.Contains(t, r.Stdout, "db")
+	if bwrap.NewArgs(sb.Holder.Version).Has("--perms") {
+		r = sb.Sh(t, "1000:1000", "cat "+filepath.Join(dir, "ro.conf"))
+		assert.Equal(t, 0, r.Code, "a read-only data file is not readable: %s", r.Stderr)
+	}
+}
