@@ -161,8 +161,11 @@ type table struct {
 	used map[string]bool
 }
 
-func (d *doc) root() *table {
-	return &table{d: d, m: d.toml.Values(), used: map[string]bool{}}
+func (d *doc) root() *table { return d.table(nil, d.toml.Values()) }
+
+// table opens the table m, found at at.
+func (d *doc) table(at keyPath, m map[string]any) *table {
+	return &table{d: d, at: at, m: m, used: map[string]bool{}}
 }
 
 // take returns the value of a key and marks it known.
@@ -215,7 +218,7 @@ func tomlType(v any) string {
 		return "a float"
 	case bool:
 		return "a boolean"
-	case []any, []map[string]any:
+	case []any:
 		return "an array"
 	case map[string]any:
 		return "a table"
@@ -346,6 +349,21 @@ func (t *table) strings(name, example string) ([]string, bool) {
 	return out, true
 }
 
+// array reads an array whose elements the caller tells apart (a path or a
+// table, a name or a table).
+func (t *table) array(name, example string) ([]any, keyPath, bool) {
+	v, p, ok := t.take(name)
+	if !ok {
+		return nil, p, false
+	}
+	a, ok := v.([]any)
+	if !ok {
+		t.wrongType(p, v, "an array", example)
+		return nil, p, false
+	}
+	return a, p, true
+}
+
 // sub opens a sub-table.
 func (t *table) sub(name string) (*table, bool) {
 	v, p, ok := t.take(name)
@@ -357,7 +375,7 @@ func (t *table) sub(name string) (*table, bool) {
 		t.wrongType(p, v, "a table", fmt.Sprintf("[%s] with its keys below it", p))
 		return nil, false
 	}
-	return &table{d: t.d, at: p, m: m, used: map[string]bool{}}, true
+	return t.d.table(p, m), true
 }
 
 // tables reads an array of tables ([[name]] or name = [{...}, ...]).
@@ -366,26 +384,19 @@ func (t *table) tables(name string) ([]*table, bool) {
 	if !ok {
 		return nil, false
 	}
-	var ms []map[string]any
-	switch a := v.(type) {
-	case []map[string]any:
-		ms = a
-	case []any:
-		for i, e := range a {
-			m, ok := e.(map[string]any)
-			if !ok {
-				t.d.fail(p.Elem(i), "must be a table, not %s: write [[%s]] sections", tomlType(e), name)
-				return nil, false
-			}
-			ms = append(ms, m)
-		}
-	default:
+	a, ok := v.([]any)
+	if !ok {
 		t.wrongType(p, v, "an array of tables", fmt.Sprintf("[[%s]] sections", p))
 		return nil, false
 	}
-	out := make([]*table, len(ms))
-	for i, m := range ms {
-		out[i] = &table{d: t.d, at: p.Elem(i), m: m, used: map[string]bool{}}
+	out := make([]*table, len(a))
+	for i, e := range a {
+		m, ok := e.(map[string]any)
+		if !ok {
+			t.d.fail(p.Elem(i), "must be a table, not %s: write [[%s]] sections", tomlType(e), name)
+			return nil, false
+		}
+		out[i] = t.d.table(p.Elem(i), m)
 	}
 	return out, true
 }

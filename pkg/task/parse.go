@@ -114,20 +114,8 @@ func (t *Task) readTop(root *table) {
 }
 
 func readArtifacts(root *table) []Artifact {
-	v, p, ok := root.take("artifacts")
+	elems, p, ok := root.array("artifacts", `artifacts = ["/app/output.json"]`)
 	if !ok {
-		return nil
-	}
-	var elems []any
-	switch a := v.(type) {
-	case []any:
-		elems = a
-	case []map[string]any:
-		for _, m := range a {
-			elems = append(elems, m)
-		}
-	default:
-		root.wrongType(p, v, "an array", `artifacts = ["/app/output.json"]`)
 		return nil
 	}
 	var out []Artifact
@@ -137,7 +125,7 @@ func readArtifacts(root *table) []Artifact {
 		case string:
 			out = append(out, Artifact{Source: a})
 		case map[string]any:
-			tb := &table{d: root.d, at: ep, m: a, used: map[string]bool{}}
+			tb := root.d.table(ep, a)
 			var art Artifact
 			src, ok := tb.str("source")
 			if !ok && !tb.has("source") {
@@ -167,20 +155,8 @@ func readInfo(tb *table) Info {
 	in.Name, _ = tb.str("name")
 	in.Description, _ = tb.str("description")
 	in.Keywords, _ = tb.strings("keywords", `["python", "debugging"]`)
-	v, p, ok := tb.take("authors")
+	elems, p, ok := tb.array("authors", `authors = [{name = "Jane Doe", email = "jane@example.com"}]`)
 	if !ok {
-		return in
-	}
-	var elems []any
-	switch a := v.(type) {
-	case []any:
-		elems = a
-	case []map[string]any:
-		for _, m := range a {
-			elems = append(elems, m)
-		}
-	default:
-		tb.wrongType(p, v, "an array", `authors = [{name = "Jane Doe", email = "jane@example.com"}]`)
 		return in
 	}
 	for i, e := range elems {
@@ -188,7 +164,7 @@ func readInfo(tb *table) Info {
 		case string:
 			in.Authors = append(in.Authors, Author{Name: a})
 		case map[string]any:
-			at := &table{d: tb.d, at: p.Elem(i), m: a, used: map[string]bool{}}
+			at := tb.d.table(p.Elem(i), a)
 			var au Author
 			au.Name, _ = at.str("name")
 			au.Email, _ = at.str("email")

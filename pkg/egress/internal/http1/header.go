@@ -170,3 +170,22 @@ func writeFields(w *bufio.Writer, h Header) {
 		w.WriteString(f.Name + ": " + f.Value + "\r\n")
 	}
 }
+
+// parseVersion reads an HTTP-version; only HTTP/1.1 and HTTP/1.0 are spoken.
+func parseVersion(v string) (http10, ok bool) {
+	switch v {
+	case "HTTP/1.1":
+		return false, true
+	case "HTTP/1.0":
+		return true, true
+	}
+	return false, false
+}
+
+// wantsClose says whether a message ends its connection (RFC 9112 §9.3):
+// HTTP/1.1 keeps it unless Connection says close, HTTP/1.0 ends it unless
+// Connection says keep-alive.
+func wantsClose(h Header, http10 bool) bool {
+	conn := h.tokens("Connection")
+	return has(conn, "close") || http10 && !has(conn, "keep-alive")
+}

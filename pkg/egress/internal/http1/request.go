@@ -37,11 +37,8 @@ func ReadRequest(br *bufio.Reader, normalizeHost func(string) (string, error)) (
 		return nil, badRequest("malformed request line")
 	}
 	r := &Request{Method: method}
-	switch version {
-	case "HTTP/1.1":
-	case "HTTP/1.0":
-		r.HTTP10 = true
-	default:
+	var known bool
+	if r.HTTP10, known = parseVersion(version); !known {
 		if strings.HasPrefix(version, "HTTP/") && len(version) == 8 {
 			return nil, &Error{Status: 505, Reason: "only HTTP/1.1 and HTTP/1.0 are spoken here"}
 		}
@@ -72,9 +69,8 @@ func ReadRequest(br *bufio.Reader, normalizeHost func(string) (string, error)) (
 	if method == "CONNECT" && (r.Body.Kind == Chunked || r.Body.Length > 0) {
 		return nil, badRequest("CONNECT with a body")
 	}
-	conn := r.Header.tokens("Connection")
-	r.Close = has(conn, "close") || r.HTTP10 && !has(conn, "keep-alive")
-	r.Websocket = method == "GET" && has(conn, "upgrade") &&
+	r.Close = wantsClose(r.Header, r.HTTP10)
+	r.Websocket = method == "GET" && has(r.Header.tokens("Connection"), "upgrade") &&
 		strings.EqualFold(strings.Trim(r.Header.Get("Upgrade"), " \t"), "websocket")
 	return r, nil
 }

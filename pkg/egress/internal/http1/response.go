@@ -36,11 +36,8 @@ func readResponseHead(br *bufio.Reader, method string) (*Response, error) {
 	version, rest, _ := strings.Cut(line, " ")
 	code, reason, _ := strings.Cut(rest, " ")
 	r := &Response{Reason: reason}
-	switch version {
-	case "HTTP/1.1":
-	case "HTTP/1.0":
-		r.HTTP10 = true
-	default:
+	var known bool
+	if r.HTTP10, known = parseVersion(version); !known {
 		return nil, badRequest("malformed status line")
 	}
 	if len(code) != 3 || strings.TrimLeft(code, "0123456789") != "" || code[0] == '0' {
@@ -53,8 +50,7 @@ func readResponseHead(br *bufio.Reader, method string) (*Response, error) {
 	if r.Header, err = readHeader(br); err != nil {
 		return nil, err
 	}
-	conn := r.Header.tokens("Connection")
-	r.Close = has(conn, "close") || r.HTTP10 && !has(conn, "keep-alive")
+	r.Close = wantsClose(r.Header, r.HTTP10)
 	switch {
 	case r.Status < 200, r.Status == 204, r.Status == 304, method == "HEAD":
 		r.Body = Framing{Kind: NoBody}
