@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/daemon"
+	"github.com/sandboxd/sandboxd/internal/spare"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
@@ -35,6 +36,12 @@ func serveEnv(name string) string {
 	return "SANDBOXD_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
+// spareThreads is how many OS threads serve makes at start (package spare):
+// a wide margin over the eleven an idle serve runs with, for the blocking
+// calls (wait4, forks, file reads) of many sessions at once; connections
+// park on the poller, not on threads.
+const spareThreads = 64
+
 func runServe(ctx context.Context, args []string) int {
 	fs := flags("serve", serveSynopsis)
 	h := helps[fs]
@@ -51,6 +58,7 @@ func runServe(ctx context.Context, args []string) int {
 	degraded := fs.Bool("allow-degraded", false, "serve a sandbox weaker than declared (single-id map) and report it")
 	bwrapPath := fs.String("bwrap", "bwrap", "the bubblewrap binary, a `PATH` or a name on PATH")
 	hostMode := fs.Bool("host", false, "no container around sandboxd: also mask the host's sockets")
+	reuseRootfs := fs.Bool("reuse-rootfs", false, "UNSAFE, for development only: serve although an agent has already had this root filesystem (the harness dir says so), whose bwrap, libraries and /bin/sh serve then runs as root; status reports it")
 	logFormat := &choiceFlag{val: "json", choices: []string{"json", "text"}}
 	fs.Var(logFormat, "log-format", "the log's `FORMAT`: json or text")
 	taskSel := fs.String("task", "", "the task to serve: a task `DIR`, or the NAME of one under the harness dir (default: the only task an adapted image carries)")
@@ -96,6 +104,7 @@ func runServe(ctx context.Context, args []string) int {
 		AllowDegraded: *degraded,
 		Bwrap:         *bwrapPath,
 		HostMode:      *hostMode,
+		ReuseRootfs:   *reuseRootfs,
 		AgentMaxProcs: *maxProcs,
 		Log:           log,
 		Settings:      settings,
@@ -127,6 +136,10 @@ func runServe(ctx context.Context, args []string) int {
 		cfg.Entrypoint = append(cfg.Entrypoint, rest...)
 	} else if len(rest) > 0 {
 		log.Info("ignoring the container's command", "argv", rest)
+	}
+	// Before the agent can take the pids they would come from.
+	if err := spare.Threads(spareThreads); err != nil {
+		log.Warn("could not make spare threads", "err", err)
 	}
 	err = daemon.Run(ctx, cfg)
 	if err != nil {

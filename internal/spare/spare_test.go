@@ -1,0 +1,17 @@
+package spare
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// After Threads(n) the process has n threads more than it needed before,
+// parked for later: the runtime does not end idle threads.
+func TestThreadsStayMadeForLater(t *testing.T) {
+	before := threadCount()
+	require.NotZero(t, before)
+	require.NoError(t, Threads(before+32))
+	assert.GreaterOrEqual(t, threadCount(), before+32)
+}
