@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -13,6 +11,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/internal/daemon"
 )
 
 func runExec(ctx context.Context, args []string) int {
@@ -103,67 +102,20 @@ func runExec(ctx context.Context, args []string) int {
 	return exit.Code
 }
 
-func runStatus(ctx context.Context, args []string) int {
-	fs := flags("status", "[--harness-dir DIR]")
-	harness := harnessDirFlag(fs)
-	if ok, code := noArgs(fs, args); !ok {
-		return code
+// runOp is a command that asks the daemon one operation of its table
+// (status, keys, records, stop): it decodes the operation's typed result
+// and prints it as the harness door prints it too.
+func runOp[R daemon.Result](name string) func(ctx context.Context, args []string) int {
+	return func(ctx context.Context, args []string) int {
+		fs := flags(name, "[--harness-dir DIR]")
+		harness := harnessDirFlag(fs)
+		if ok, code := noArgs(fs, args); !ok {
+			return code
+		}
+		var res R
+		if err := (control.Client{HarnessDir: *harness}).Call(ctx, control.Request{Op: name}, &res); err != nil {
+			return fail("%s: %v", name, err)
+		}
+		return res.Print(os.Stdout, os.Stderr)
 	}
-	var raw json.RawMessage
-	if err := (control.Client{HarnessDir: *harness}).Call(ctx, control.Request{Op: "status"}, &raw); err != nil {
-		return fail("status: %v", err)
-	}
-	return printJSON(os.Stdout, raw)
-}
-
-func runStop(ctx context.Context, args []string) int {
-	fs := flags("stop", "[--harness-dir DIR]")
-	harness := harnessDirFlag(fs)
-	if ok, code := noArgs(fs, args); !ok {
-		return code
-	}
-	if err := (control.Client{HarnessDir: *harness}).Call(ctx, control.Request{Op: "stop"}, nil); err != nil {
-		return fail("stop: %v", err)
-	}
-	fmt.Fprintln(os.Stderr, "sandboxd: stopping")
-	return 0
-}
-
-func printJSON(w io.Writer, raw json.RawMessage) int {
-	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return fail("decode reply: %v", err)
-	}
-	b, _ := json.MarshalIndent(v, "", "  ")
-	fmt.Fprintln(w, string(b))
-	return 0
-}
-
-func runKeys(ctx context.Context, args []string) int {
-	fs := flags("keys", "[--harness-dir DIR]")
-	harness := harnessDirFlag(fs)
-	if ok, code := noArgs(fs, args); !ok {
-		return code
-	}
-	var reply struct {
-		PrivateKey string `json:"private_key"`
-	}
-	if err := (control.Client{HarnessDir: *harness}).Call(ctx, control.Request{Op: "keys"}, &reply); err != nil {
-		return fail("keys: %v", err)
-	}
-	fmt.Print(reply.PrivateKey)
-	return 0
-}
-
-func runRecords(ctx context.Context, args []string) int {
-	fs := flags("records", "[--harness-dir DIR]")
-	harness := harnessDirFlag(fs)
-	if ok, code := noArgs(fs, args); !ok {
-		return code
-	}
-	var raw json.RawMessage
-	if err := (control.Client{HarnessDir: *harness}).Call(ctx, control.Request{Op: "records"}, &raw); err != nil {
-		return fail("records: %v", err)
-	}
-	return printJSON(os.Stdout, raw)
 }

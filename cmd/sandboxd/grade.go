@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/sandboxd/sandboxd/internal/control"
@@ -31,18 +32,14 @@ func runGrade(ctx context.Context, args []string) int {
 	return printVerdict(v, *asJSON)
 }
 
-// printVerdict writes the verdict JSON and returns the exit code of its status.
+// printVerdict prints the verdict, without the line for people under
+// --json, and returns the exit code of its status.
 func printVerdict(v grade.Verdict, asJSON bool) int {
-	b, _ := json.MarshalIndent(v, "", "  ")
-	fmt.Println(string(b))
-	if !asJSON {
-		if v.Status == grade.StatusGraded {
-			fmt.Fprintf(os.Stderr, "sandboxd: graded: reward %v\n", v.Reward)
-		} else {
-			fmt.Fprintf(os.Stderr, "sandboxd: %s: %s (this is not a score)\n", v.Status, v.Message)
-		}
+	var stderr io.Writer = os.Stderr
+	if asJSON {
+		stderr = io.Discard
 	}
-	return v.Status.ExitCode()
+	return v.Print(os.Stdout, stderr)
 }
 
 // failWithVerdict reports sandboxd's own failure, still as one JSON document

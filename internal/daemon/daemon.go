@@ -4,7 +4,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -507,37 +506,6 @@ func lockHarness(runDir string) (*os.File, error) {
 	f.Truncate(0)
 	fmt.Fprintf(f, "%d\n", os.Getpid())
 	return f, nil
-}
-
-func (d *Daemon) handle(ctx context.Context, c net.Conn) {
-	defer c.Close()
-	conn := control.NewConn(c)
-	kind, payload, err := conn.Read()
-	if err != nil || kind != control.KindJSON {
-		return
-	}
-	var req control.Request
-	if err := json.Unmarshal(payload, &req); err != nil {
-		conn.WriteJSON(control.KindError, control.Failure{Code: 125, Message: "bad request: " + err.Error()})
-		return
-	}
-	switch req.Op {
-	case "status":
-		conn.WriteJSON(control.KindJSON, d.Status())
-	case "stop":
-		conn.WriteJSON(control.KindJSON, map[string]string{"status": "stopping"})
-		d.stop()
-	case "exec":
-		d.exec(ctx, conn, c, req)
-	case "grade":
-		d.handleGrade(ctx, conn, req)
-	case "keys":
-		d.handleKeys(conn)
-	case "records":
-		d.handleRecords(conn)
-	default:
-		conn.WriteJSON(control.KindError, control.Failure{Code: 125, Message: fmt.Sprintf("unknown operation %q: this sandboxd (%s) knows exec, grade, keys, records, status, stop", req.Op, Version)})
-	}
 }
 
 // Status reports the daemon's state.

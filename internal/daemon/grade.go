@@ -7,7 +7,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 	"github.com/sandboxd/sandboxd/pkg/join"
@@ -56,26 +55,6 @@ func (d *Daemon) Grade(ctx context.Context, timeout time.Duration) (grade.Verdic
 		Hosts:      d.visitorHosts,
 		Log:        d.log,
 	})
-}
-
-func (d *Daemon) handleGrade(ctx context.Context, conn *control.Conn, req control.Request) {
-	var timeout time.Duration
-	if req.GradeTimeout != "" {
-		t, err := time.ParseDuration(req.GradeTimeout)
-		if err != nil || t <= 0 {
-			conn.WriteJSON(control.KindError, control.Failure{Code: 125, Message: fmt.Sprintf("bad --timeout %q: write a positive duration such as 10m", req.GradeTimeout)})
-			return
-		}
-		timeout = t
-	}
-	v, err := d.Grade(ctx, timeout)
-	if err != nil {
-		code := grade.ExitInternal
-		conn.WriteJSON(control.KindError, control.Failure{Code: code, Message: err.Error()})
-		return
-	}
-	d.log.Info("graded", "status", v.Status, "reward", v.Reward, "exit_code", v.ExitCode, "duration_sec", v.DurationSec)
-	conn.WriteJSON(control.KindJSON, v)
 }
 
 func (d *Daemon) setPhase(p string) {

@@ -3,15 +3,11 @@ package daemon
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"os"
-	"strings"
 	"time"
 
-	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/procfs"
 	"github.com/sandboxd/sandboxd/pkg/sshd"
 )
@@ -137,102 +133,4 @@ func (d *Daemon) holderGone() bool {
 	}
 	st, err := procfs.ReadStat(d.holder.PID)
 	return err != nil || st.State == 'Z' || st.State == 'X'
-}
-
-// harnessCommand runs one control command for a harness key. Nothing else:
-// a harness key never gets a shell, in the sandbox or the substrate.
-func (d *Daemon) harnessCommand(ctx context.Context, command string, stdout, stderr io.Writer) int {
-	fields := strings.Fields(command)
-	if len(fields) > 0 && (fields[0] == "sandboxd" || strings.HasSuffix(fields[0], "/sandboxd")) {
-		fields = fields[1:]
-	}
-	if len(fields) == 0 {
-		fmt.Fprintln(stderr, "sandboxd: a harness key runs control commands only: status, grade [--timeout DUR], keys, records, stop")
-		return 2
-	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	switch fields[0] {
-	case "status":
-		enc.Encode(d.Status())
-		return 0
-	case "grade":
-		var timeout time.Duration
-		if len(fields) == 3 && fields[1] == "--timeout" {
-			t, err := time.ParseDuration(fields[2])
-			if err != nil {
-				fmt.Fprintf(stderr, "sandboxd: grade: bad --timeout %q\n", fields[2])
-				return 2
-			}
-			timeout = t
-		}
-		// A grading outlives the connection that asked for it: a harness
-		// that drops mid-grade finds the verdict in /logs/verifier, and in
-		// the next status.
-		v, err := d.Grade(d.serveCtx, timeout)
-		if err != nil {
-			fmt.Fprintf(stderr, "sandboxd: grade: %v\n", err)
-			return 125
-		}
-		enc.Encode(v)
-		return v.Status.ExitCode()
-	case "keys":
-		return d.printKeys(stdout, stderr)
-	case "records":
-		recs, err := d.records()
-		if err != nil {
-			fmt.Fprintf(stderr, "sandboxd: records: %v\n", err)
-			return 125
-		}
-		enc.Encode(recs)
-		return 0
-	case "stop":
-		fmt.Fprintln(stdout, "stopping")
-		d.stop()
-		return 0
-	}
-	fmt.Fprintf(stderr, "sandboxd: %q is not a control command; a harness key may run status, grade, keys, records, stop\n", fields[0])
-	return 2
-}
-
-func (d *Daemon) printKeys(stdout, stderr io.Writer) int {
-	if d.ssh == nil {
-		fmt.Fprintln(stderr, "sandboxd: keys: SSH is off (serve --listen ADDR turns it on)")
-		return 125
-	}
-	if d.ssh.agentKey == nil {
-		fmt.Fprintln(stderr, "sandboxd: keys: the agent keys were given to serve (--authorized-keys or SANDBOXD_AUTHORIZED_KEYS); it holds no private key to print")
-		return 125
-	}
-	stdout.Write(d.ssh.agentKey)
-	return 0
-}
-
-func (d *Daemon) records() ([]sshd.Record, error) {
-	if d.ssh == nil {
-		return nil, nil
-	}
-	return sshd.ReadRecords(d.ssh.recordsDir)
-}
-
-// handleSimple answers keys and records on the control socket.
-func (d *Daemon) handleKeys(conn *control.Conn) {
-	var out, errb bytes.Buffer
-	if code := d.printKeys(&out, &errb); code != 0 {
-		conn.WriteJSON(control.KindError, control.Failure{Code: code, Message: strings.TrimPrefix(strings.TrimSpace(errb.String()), "sandboxd: ")})
-		return
-	}
-	conn.WriteJSON(control.KindJSON, map[string]string{"private_key": out.String()})
-}
-
-func (d *Daemon) handleRecords(conn *control.Conn) {
-	recs, err := d.records()
-	if err != nil {
-		conn.WriteJSON(control.KindError, control.Failure{Code: 125, Message: err.Error()})
-		return
-	}
-	if recs == nil {
-		recs = []sshd.Record{}
-	}
-	conn.WriteJSON(control.KindJSON, recs)
 }

@@ -1,5 +1,11 @@
 package grade
 
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+)
+
 // Status is the outcome of one grading, as the verdict JSON names it.
 type Status string
 
@@ -48,4 +54,18 @@ type Verdict struct {
 	DurationSec float64 `json:"duration_sec"`
 	StdoutTail  string  `json:"stdout_tail"` // the end of test-stdout.txt
 	Message     string  `json:"message,omitempty"`
+}
+
+// Print writes v as `sandboxd grade` prints it, at the CLI and at a harness
+// key's door alike: its JSON document on stdout, and a line for people on
+// stderr. It returns the exit code that reports v.
+func (v Verdict) Print(stdout, stderr io.Writer) int {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	fmt.Fprintf(stdout, "%s\n", b)
+	if v.Status == StatusGraded {
+		fmt.Fprintf(stderr, "sandboxd: graded: reward %v\n", v.Reward)
+	} else {
+		fmt.Fprintf(stderr, "sandboxd: %s: %s (this is not a score)\n", v.Status, v.Message)
+	}
+	return v.Status.ExitCode()
 }
