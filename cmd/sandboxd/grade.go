@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"os"
 
@@ -23,11 +20,7 @@ func runGrade(ctx context.Context, args []string) int {
 	var v grade.Verdict
 	err := control.Client{HarnessDir: *harness}.Call(ctx, control.Request{Op: "grade", GradeTimeout: *timeout}, &v)
 	if err != nil {
-		var f *control.Failure
-		if errors.As(err, &f) {
-			return failWithVerdict(*asJSON, f.Code, f.Message)
-		}
-		return failWithVerdict(*asJSON, grade.ExitInternal, err.Error())
+		return failWithVerdict(*asJSON, err.Error())
 	}
 	return printVerdict(v, *asJSON)
 }
@@ -42,13 +35,14 @@ func printVerdict(v grade.Verdict, asJSON bool) int {
 	return v.Print(os.Stdout, stderr)
 }
 
-// failWithVerdict reports sandboxd's own failure, still as one JSON document
-// under --json so that a harness parsing stdout never reads a reward of 0.
-func failWithVerdict(asJSON bool, code int, msg string) int {
+// failWithVerdict reports sandboxd's own failure as the verdict that says
+// so (status error, exit 125): under --json still one JSON document on
+// stdout, so that a harness parsing stdout never reads a reward of 0, and
+// the reason on stderr either way.
+func failWithVerdict(asJSON bool, msg string) int {
+	stdout := io.Discard
 	if asJSON {
-		b, _ := json.Marshal(map[string]any{"status": "error", "reward": nil, "message": msg})
-		fmt.Println(string(b))
+		stdout = os.Stdout
 	}
-	fmt.Fprintf(os.Stderr, "sandboxd: grade: %s\n", msg)
-	return code
+	return grade.Internal(msg).Print(stdout, os.Stderr)
 }

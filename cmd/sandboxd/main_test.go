@@ -244,3 +244,24 @@ func TestUnbundleShortFlags(t *testing.T) {
 		assert.Equal(t, tc.want, strings.Join(unbundle(fs, strings.Fields(tc.in)), " "), tc.in)
 	}
 }
+
+// sandboxd's own failure to grade is a verdict too, of status error and
+// exit 125: under --json the one document on stdout, with no reward, and the
+// reason on stderr either way; without --json nothing on stdout.
+func TestGradeWithoutDaemonIsStatusError(t *testing.T) {
+	env := []string{"SANDBOXD_HARNESS_DIR=" + t.TempDir()}
+	r := run(t, env, "grade", "--json")
+	assert.Equal(t, exitOwn, r.code)
+	var v map[string]any
+	require.NoError(t, jsonUnmarshal(r.stdout, &v), r.stdout)
+	assert.Equal(t, "error", v["status"])
+	assert.Contains(t, v, "reward")
+	assert.Nil(t, v["reward"])
+	assert.Contains(t, v["message"], "no sandboxd is serving")
+	assert.Contains(t, r.stderr, "sandboxd: error: no sandboxd is serving")
+
+	r = run(t, env, "grade")
+	assert.Equal(t, exitOwn, r.code)
+	assert.Empty(t, r.stdout)
+	assert.Contains(t, r.stderr, "no sandboxd is serving")
+}

@@ -6,7 +6,6 @@ import (
 	"os"
 
 	"github.com/sandboxd/sandboxd/internal/daemon"
-	"github.com/sandboxd/sandboxd/pkg/grade"
 )
 
 func runTrial(ctx context.Context, args []string) int {
@@ -51,7 +50,7 @@ func runTrial(ctx context.Context, args []string) int {
 		Stderr:     os.Stderr,
 	})
 	if err != nil {
-		return failWithVerdict(*asJSON, grade.ExitInternal, "trial: "+err.Error())
+		return failWithVerdict(*asJSON, "trial: "+err.Error())
 	}
 	return printVerdict(v, *asJSON)
 }

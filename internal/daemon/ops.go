@@ -136,8 +136,16 @@ func (d *Daemon) harnessCommand(_ context.Context, command string, stdout, stder
 	res, err := op(d, req)
 	if err != nil {
 		f := failure(err)
-		fmt.Fprintf(stderr, "sandboxd: %s: %s\n", name, f.Message)
-		return f.Code
+		if name != "grade" {
+			fmt.Fprintf(stderr, "sandboxd: %s: %s\n", name, f.Message)
+			return f.Code
+		}
+		// As the CLI: sandboxd's own failure is a verdict too, a document
+		// on stdout under --json, its reason on stderr either way.
+		if !asJSON {
+			stdout = io.Discard
+		}
+		return grade.Internal(f.Message).Print(stdout, stderr)
 	}
 	if asJSON {
 		stderr = io.Discard

@@ -33,16 +33,22 @@
 // A verifier that timed out, could not run, or left no finite reward is an
 // error with a code of its own, never a reward of 0.0 that reads as the
 // agent's failure (docs/failures.md#timeout-or-missing-reward-is-never-a-zero).
-// `sandboxd grade` and `sandboxd trial` exit with Status.ExitCode:
+// `sandboxd grade` and `sandboxd trial` print a Verdict (Verdict.Print, its
+// one encoding: {"status", "reward", "exit_code", "duration_sec",
+// "stdout_tail", "message"}) and exit with Status.ExitCode:
 //
 //	0    graded            a finite reward was read (test.sh's own exit code is reported, not used)
 //	3    no_reward         the verifier finished but left no reward (no file, or an empty one)
 //	4    verifier_timeout  the verifier ran past its timeout; its whole tree was killed
 //	5    verifier_error    test.sh is missing or could not start, or the reward is unusable
-//	125  ExitInternal      sandboxd itself failed (Run returned an error)
+//	125  error             sandboxd itself failed: no daemon answered, no task is served, or
+//	                       grading could not be carried out (Run returned an error); the
+//	                       reward is null and the message says why (Internal)
 //
-// 1 and 2 are left out on purpose: shells and flag parsers use them for
-// every other failure.
+// Only graded carries a reward. When Run returns an error its verdict says
+// verifier_error with the same message; sandboxd reports that failure as
+// error. 1 and 2 are left out on purpose: shells and flag parsers use them
+// for every other failure.
 //
 // # The shared filesystem
 //

@@ -9,12 +9,17 @@ import (
 // Status is the outcome of one grading, as the verdict JSON names it.
 type Status string
 
-// The four outcomes. Only StatusGraded carries a reward.
+// The five outcomes, each with its exit code (see the package
+// documentation). Only StatusGraded carries a reward.
 const (
 	StatusGraded   Status = "graded"           // a finite reward was read
 	StatusNoReward Status = "no_reward"        // the verifier left no reward, or an empty one
 	StatusTimeout  Status = "verifier_timeout" // the verifier ran past its timeout and was killed
 	StatusError    Status = "verifier_error"   // test.sh missing or unable to start, or an unusable reward
+	// StatusInternal is sandboxd's own failure: no daemon answered, no
+	// task is served, or grading could not be carried out (Run returned an
+	// error). It is never a verdict on the agent.
+	StatusInternal Status = "error"
 )
 
 // Exit codes of `sandboxd grade` and `sandboxd trial` (see the package
@@ -36,6 +41,8 @@ func (s Status) ExitCode() int {
 		return ExitNoReward
 	case StatusTimeout:
 		return ExitTimeout
+	case StatusInternal:
+		return ExitInternal
 	}
 	return ExitVerifierError
 }
@@ -56,9 +63,15 @@ type Verdict struct {
 	Message     string  `json:"message,omitempty"`
 }
 
-// Print writes v as `sandboxd grade` prints it, at the CLI and at a harness
-// key's door alike: its JSON document on stdout, and a line for people on
-// stderr. It returns the exit code that reports v.
+// Internal is the verdict that reports sandboxd's own failure, with why.
+func Internal(msg string) Verdict {
+	return Verdict{Status: StatusInternal, ExitCode: -1, Message: msg}
+}
+
+// Print writes v as `sandboxd grade` and `trial` print it, at the CLI and
+// at a harness key's door alike: its JSON document on stdout, the one
+// encoding of a verdict, and a line for people on stderr. It returns the
+// exit code that reports v.
 func (v Verdict) Print(stdout, stderr io.Writer) int {
 	b, _ := json.MarshalIndent(v, "", "  ")
 	fmt.Fprintf(stdout, "%s\n", b)
