@@ -91,15 +91,15 @@ type Daemon struct {
 	down       cleanup.Cleanup
 	holderOnce sync.Once
 	warnings   []string
-	peers      []placedPeer
 	// verifier and imageUser are resolved at start, like the agent.
 	verifier, imageUser idmap.User
 	logsDev, logsIno    uint64
+	// net is the sandbox's network: the peers, the agent's network files,
+	// the listeners, the visits.
+	net *egress.Wiring
 	// visitorHosts is the hosts file with the peers that visitors (the
 	// verifier, the healthcheck) get, so they resolve the names the agent does.
 	visitorHosts string
-	files        []bwrap.DataFile
-	egress       *egressRuntime
 	ssh          *sshDoor
 	onReady      func()          // called once everything serves; trial waits for it
 	serveCtx     context.Context // ends when serve stops; work that outlives a client uses it
@@ -213,10 +213,7 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("agent user: %w", err)
 	}
 	d.agent = agent
-	if d.peers, err = placePeers(cfg.Network.Peers); err != nil {
-		return nil, err
-	}
-	if d.files, err = agentFiles(cfg.Network, d.peers); err != nil {
+	if d.net, err = egress.Plan(cfg.Network); err != nil {
 		return nil, err
 	}
 
@@ -224,11 +221,7 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := prepareHarnessDir(cfg.HarnessDir); err != nil {
 		return nil, err
 	}
-	if len(d.peers) > 0 {
-		hosts, err := hostsFile(d.peers)
-		if err != nil {
-			return nil, err
-		}
+	if hosts := d.net.Hosts(); hosts != nil {
 		d.visitorHosts = filepath.Join(runDir, "hosts")
 		if err := os.WriteFile(d.visitorHosts, hosts, 0o644); err != nil {
 			return nil, fmt.Errorf("write the visitors' hosts file: %w", err)
@@ -285,7 +278,7 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 		Hide:          append([]string{cfg.HarnessDir}, cfg.Hide...),
 		Mask:          mask,
 		Devices:       cfg.Devices,
-		Files:         d.files,
+		Files:         agentFiles(d.net),
 		HostMode:      cfg.HostMode,
 		AllowDegraded: cfg.AllowDegraded,
 		Log:           cfg.Log,
@@ -346,12 +339,16 @@ func (d *Daemon) serve(ctx context.Context) (err error) {
 	down.Add(reapStrays(d.log))
 	down.Add(d.leftovers.Close)
 
-	rt, err := d.startEgress(ctx, d.peers)
-	if err != nil {
+	if err := d.net.Start(ctx, egress.StartConfig{
+		Listen:      d.target.Listen,
+		AuditDir:    d.harnessPath("audit"),
+		Resolver:    d.cfg.Resolver,
+		ResolveWait: peerResolveWait,
+		Log:         d.log,
+	}); err != nil {
 		return err
 	}
-	d.egress = rt
-	down.Add(rt.close)
+	down.Add(d.net.Close)
 	d.reserveGradeSpace()
 	entrypointDone, err := d.startEntrypoint(ctx)
 	if err != nil {
@@ -524,10 +521,7 @@ func (d *Daemon) Status() Status {
 	if d.cfg.Task != nil {
 		taskName = d.cfg.Task.Name
 	}
-	ns := netStatus{Agent: string(d.cfg.Network.Agent.Mode), Verifier: string(d.cfg.Network.Verifier.Mode)}
-	for _, p := range d.peers {
-		ns.Peers = append(ns.Peers, fmt.Sprintf("%s=%s->%s", p.Name, p.Addr, p.Target))
-	}
+	ns := netStatus{Agent: string(d.cfg.Network.Agent.Mode), Verifier: string(d.cfg.Network.Verifier.Mode), Peers: d.net.Peers()}
 	sort.Slice(sessions, func(i, j int) bool { return sessions[i].ID < sessions[j].ID })
 	deg := append(append([]string{}, d.holder.Degradations...), d.warnings...)
 	var sshSt *sshStatus

@@ -11,8 +11,8 @@ import (
 // with the proxy variables where the agent may reach any host.
 func (d *Daemon) agentEnv(u idmap.User, extra []string) []string {
 	task := d.cfg.AgentEnv
-	if d.egress != nil && len(d.egress.agentEnv) > 0 {
-		task = append(append([]string{}, d.egress.agentEnv...), task...)
+	if env := d.net.AgentEnv(); len(env) > 0 {
+		task = append(append([]string{}, env...), task...)
 	}
 	return sessionEnv(d.cfg.ImageEnv, task, u, extra)
 }

@@ -28,7 +28,7 @@ func (d *Daemon) Grade(ctx context.Context, timeout time.Duration) (grade.Verdic
 	if timeout <= 0 {
 		timeout = d.cfg.VerifierTimeout
 	}
-	proxyEnv, done := d.egress.openVisit(d.cfg.Network.Verifier)
+	proxyEnv, done := d.net.OpenVisit(d.cfg.Network.Verifier)
 	defer done()
 	task := append(append([]string{}, proxyEnv...), d.cfg.VerifierEnv...)
 	env := sessionEnv(d.cfg.ImageEnv, task, user, nil)

@@ -147,7 +147,7 @@ func TestAgentCannotUseOrTakeVisitorPort(t *testing.T) {
 	assert.Equal(t, "98\n", r.stdout, "EADDRINUSE: sandboxd holds the port")
 
 	// A visit's token works while the visit is open, and only then.
-	env, done := s.d.egress.openVisit(egress.Policy{Mode: egress.Public, AllowCIDRs: loopbackOnly})
+	env, done := s.d.net.OpenVisit(egress.Policy{Mode: egress.Public, AllowCIDRs: loopbackOnly})
 	req := execPython(fmt.Sprintf("import urllib.request\nprint(urllib.request.urlopen('http://up.test:%d/', timeout=10).read().decode())", port))
 	req.Env = env
 	r = s.exec(t, req, "")

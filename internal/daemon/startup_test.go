@@ -15,6 +15,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/procfs"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
+	"github.com/sandboxd/sandboxd/pkg/egress"
 )
 
 // A start-up failure after the sandbox exists ends serve at once, through
@@ -36,7 +37,7 @@ func TestEgressListenerFailureEndsServeAndLeavesNothing(t *testing.T) {
 
 	// Something already listens on the visitor proxy's port inside the
 	// sandbox when serve makes its listeners.
-	taken := netip.MustParseAddrPort(fmt.Sprintf("127.0.0.1:%d", visitorProxyPort))
+	taken := netip.MustParseAddrPort(fmt.Sprintf("127.0.0.1:%d", egress.VisitorProxyPort))
 	lns, errs, err := d.target.Listen(ctx, []netip.AddrPort{taken})
 	require.NoError(t, err)
 	require.NoError(t, errs[0])

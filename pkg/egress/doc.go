@@ -1,8 +1,11 @@
 // Package egress is the sandbox's only way out to the network.
 //
 // The sandbox owns a network namespace that holds nothing but loopback. The
-// daemon creates listening sockets inside it and hands them to this package,
-// which serves them from the daemon's own namespace:
+// daemon holds one [Wiring] for it: planned before the sandbox exists (where
+// each peer is offered, the hosts file and apt configuration of the agent's
+// view), then started with a way to make listening sockets inside the
+// namespace, which it serves from the daemon's own namespace, and asked to
+// open each visit. What it serves:
 //
 //   - [Proxy] is an HTTP/1.1 forward proxy with CONNECT that enforces a
 //     [Policy]: which names may be reached ([Public], [Allowlist],

@@ -1,0 +1,363 @@
+package egress
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/cleanup"
+	"github.com/sandboxd/sandboxd/internal/imagefile"
+)
+
+// Fixed ports inside the sandbox's network namespace.
+const (
+	AgentProxyPort   = 3128
+	VisitorProxyPort = 3129
+)
+
+// PeerSpec is a substrate service offered inside the sandbox under a name,
+// as a task (or serve's --peer) declares it.
+type PeerSpec struct {
+	Name   string
+	Port   int
+	Target string // host:port on the substrate; "" is 127.0.0.1:Port
+}
+
+// Network is a sandbox's network declaration for both phases.
+type Network struct {
+	Agent    Policy
+	Verifier Policy
+	Peers    []PeerSpec
+}
+
+// File is a file of the agent's view alone, bound into it from memory.
+type File struct {
+	Path     string
+	Data     []byte
+	ReadOnly bool
+}
+
+// Wiring is the network side of one sandbox, from the plan made before the
+// sandbox exists to its end: where each peer is offered inside, the files
+// that point the agent's programs at the peers and the proxy, the
+// listeners inside the sandbox and what serves them from the substrate,
+// and the visits to the visitor port.
+type Wiring struct {
+	net      Network
+	peers    []placedPeer
+	hosts    []byte // the substrate's hosts file with the peers; nil without peers
+	files    []File
+	agentEnv []string
+
+	visitor *Visitor
+	audit   *Audit
+	wg      sync.WaitGroup
+}
+
+// placedPeer is a peer with the loopback address it got inside the sandbox
+// and the address its target resolved to at start.
+type placedPeer struct {
+	PeerSpec
+	Addr netip.AddrPort
+	Dial netip.AddrPort // set by Start; every connection goes there
+}
+
+// Plan places the peers and makes the agent's network files. The
+// sandbox's network namespace is new and empty, so the plan is made before
+// the sandbox exists: the hosts file that names the peers is part of it.
+func Plan(n Network) (*Wiring, error) {
+	w := &Wiring{net: n}
+	var err error
+	if w.peers, err = placePeers(n.Peers); err != nil {
+		return nil, err
+	}
+	if len(w.peers) > 0 {
+		if w.hosts, err = hostsFile(w.peers); err != nil {
+			return nil, err
+		}
+		// Added to, never replacing, the substrate's entries.
+		w.files = append(w.files, File{Path: "/etc/hosts", Data: w.hosts})
+	}
+	if n.Agent.Mode != NoNetwork {
+		if st, err := os.Stat("/etc/apt/apt.conf.d"); err == nil && st.IsDir() {
+			conf, err := AptProxyConfig(agentProxyURL())
+			if err != nil {
+				return nil, err
+			}
+			w.files = append(w.files, File{Path: "/etc/apt/apt.conf.d/00proxy", Data: conf, ReadOnly: true})
+		}
+		w.agentEnv = ProxyEnv(agentProxyURL(), w.named())
+	}
+	return w, nil
+}
+
+// placePeers gives each peer 127.0.0.1:PORT, or the next 127.0.0.N when that
+// port is reserved for the proxies or already given to another peer.
+func placePeers(peers []PeerSpec) ([]placedPeer, error) {
+	taken := map[netip.AddrPort]bool{
+		sandboxAddr(AgentProxyPort):   true,
+		sandboxAddr(VisitorProxyPort): true,
+	}
+	names := map[string]bool{}
+	out := make([]placedPeer, 0, len(peers))
+	for _, p := range peers {
+		if p.Port < 1 || p.Port > 65535 {
+			return nil, fmt.Errorf("peer %s: port %d is not a TCP port (1-65535)", p.Name, p.Port)
+		}
+		if p.Name == "" || names[strings.ToLower(p.Name)] {
+			return nil, fmt.Errorf("peer %q: each peer needs a unique name", p.Name)
+		}
+		names[strings.ToLower(p.Name)] = true
+		if p.Target == "" {
+			p.Target = fmt.Sprintf("127.0.0.1:%d", p.Port)
+		}
+		var ap netip.AddrPort
+		for n := 1; n < 255; n++ {
+			ap = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, byte(n)}), uint16(p.Port))
+			if !taken[ap] {
+				break
+			}
+		}
+		taken[ap] = true
+		out = append(out, placedPeer{PeerSpec: p, Addr: ap})
+	}
+	return out, nil
+}
+
+// sandboxAddr is 127.0.0.1:port, inside the sandbox.
+func sandboxAddr(port int) netip.AddrPort {
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(port))
+}
+
+func agentProxyURL() string { return fmt.Sprintf("http://127.0.0.1:%d", AgentProxyPort) }
+
+// maxHostsFile bounds how much of the substrate's /etc/hosts the sandbox's
+// copy takes.
+const maxHostsFile = 16 << 20
+
+// hostsFile is the substrate's hosts file plus one line per peer: added to,
+// never replacing it (docs/failures.md#peers-listed-one-by-one).
+func hostsFile(peers []placedPeer) ([]byte, error) {
+	var b strings.Builder
+	if err := imagefile.Lines("/etc/hosts", maxHostsFile, func(line string) {
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}); err != nil {
+		return nil, err
+	}
+	for _, p := range peers {
+		fmt.Fprintf(&b, "%s\t%s\n", p.Addr.Addr(), p.Name)
+	}
+	return []byte(b.String()), nil
+}
+
+// named are the peers as ProxyEnv lists them.
+func (w *Wiring) named() []Peer {
+	var named []Peer
+	for _, p := range w.peers {
+		named = append(named, Peer{Name: p.Name, Addr: p.Addr.Addr()})
+	}
+	return named
+}
+
+// AgentFiles are the files of the agent's view alone: the hosts file with
+// the peers and an apt proxy configuration. They are for data binds, never
+// to be written into the shared filesystem, which the verifier also sees.
+func (w *Wiring) AgentFiles() []File { return w.files }
+
+// Hosts is the substrate's hosts file with the peers, for the visitors'
+// views (the verifier, the healthcheck), so that they resolve the names
+// the agent does; nil without peers.
+func (w *Wiring) Hosts() []byte { return w.hosts }
+
+// AgentEnv is the environment that points an agent session's programs at
+// the agent's proxy; nil under no-network.
+func (w *Wiring) AgentEnv() []string { return w.agentEnv }
+
+// Peers are the peers as `sandboxd status` lists them: name=inside->target.
+func (w *Wiring) Peers() []string {
+	var out []string
+	for _, p := range w.peers {
+		out = append(out, fmt.Sprintf("%s=%s->%s", p.Name, p.Addr, p.Target))
+	}
+	return out
+}
+
+// StartConfig is what Start needs from the daemon.
+type StartConfig struct {
+	// Listen makes TCP listeners inside the sandbox's network namespace,
+	// one per address, as join.Target.Listen does.
+	Listen   func(ctx context.Context, addrs []netip.AddrPort) ([]net.Listener, []error, error)
+	AuditDir string
+	// Resolver resolves the names the proxies are asked for and the
+	// peers' targets; nil is a snapshot of the substrate's /etc/hosts and
+	// /etc/resolv.conf, taken by Start.
+	Resolver Resolver
+	// ResolveWait bounds the wait for the peers' targets to resolve: a
+	// compose service may join the network a moment after this container.
+	ResolveWait time.Duration
+	Log         *slog.Logger
+}
+
+// Start makes the listeners inside the sandbox — before any session can
+// start, so the first connection is never refused
+// (docs/failures.md#listeners-ready-before-the-first-session) — and serves
+// them from the substrate until ctx ends; Close waits for them. Call it
+// before any agent code runs: the resolver it snapshots and the peers'
+// targets it resolves must not come from files the agent's root rewrote.
+// What it made is undone when it fails.
+func (w *Wiring) Start(ctx context.Context, c StartConfig) error {
+	log := c.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	audit, err := OpenAudit(c.AuditDir, 16<<20, 4)
+	if err != nil {
+		return err
+	}
+	// Undone in reverse if a step below fails; once the proxies serve,
+	// they close their listeners when ctx ends, and Close waits for them.
+	cu := cleanup.Make(func() { audit.Close() })
+	defer cu.Clean()
+	own, err := w.ownAddrs()
+	if err != nil {
+		log.Warn("list the daemon's own addresses", "err", err)
+	}
+	resolver := c.Resolver
+	if resolver == nil {
+		snap, err := NewSnapshotResolver("/etc/hosts", "/etc/resolv.conf")
+		if err != nil {
+			return err
+		}
+		resolver = snap
+	}
+	if err := w.resolvePeers(ctx, resolver, c.ResolveWait); err != nil {
+		return err
+	}
+	template := Proxy{Resolver: resolver, Audit: audit, Log: log, Own: own}
+
+	var want []netip.AddrPort
+	agentOn := w.net.Agent.Mode != NoNetwork
+	if agentOn {
+		want = append(want, sandboxAddr(AgentProxyPort))
+	}
+	want = append(want, sandboxAddr(VisitorProxyPort))
+	for _, p := range w.peers {
+		want = append(want, p.Addr)
+	}
+	lns, errs, err := c.Listen(ctx, want)
+	if err != nil {
+		return fmt.Errorf("make listeners inside the sandbox: %w", err)
+	}
+	for _, ln := range lns {
+		if ln != nil {
+			cu.Add(func() { ln.Close() })
+		}
+	}
+	for i, e := range errs {
+		if e != nil {
+			return fmt.Errorf("listen on %s inside the sandbox: %w", want[i], e)
+		}
+	}
+	cu.Release()
+	w.audit = audit
+	serve := func(name string, fn func() error) {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			if err := fn(); err != nil && ctx.Err() == nil {
+				log.Error("egress listener stopped", "listener", name, "err", err)
+			}
+		}()
+	}
+	if agentOn {
+		p := template
+		p.Policy = w.net.Agent
+		p.Label = "agent"
+		ln := lns[0]
+		lns = lns[1:]
+		serve("agent proxy", func() error { return p.Serve(ctx, ln) })
+	}
+	visitor := template
+	visitor.Label = "visitor"
+	w.visitor = &Visitor{Proxy: visitor}
+	vln := lns[0]
+	lns = lns[1:]
+	serve("visitor proxy", func() error { return w.visitor.Serve(ctx, vln) })
+	for i, p := range w.peers {
+		ln, target := lns[i], p.Dial
+		serve("peer "+p.Name, func() error { return ServePeer(ctx, ln, target, nil) })
+		log.Info("peer offered", "name", p.Name, "inside", p.Addr.String(), "target", p.Target, "dials", target.String())
+	}
+	log.Info("network ready", "agent", string(w.net.Agent.Mode), "verifier", string(w.net.Verifier.Mode), "peers", len(w.peers))
+	return nil
+}
+
+// resolvePeers resolves each peer's target once, with the resolver taken at
+// start, before any agent code runs. Resolving at each connection would read
+// the shared /etc/hosts, which the agent's root can rewrite (or swap with a
+// new /etc) to lead its peer to any substrate service on loopback, even
+// under no-network. A target that does not resolve fails the start.
+func (w *Wiring) resolvePeers(ctx context.Context, r Resolver, wait time.Duration) error {
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for i := range w.peers {
+		ap, err := ResolvePeer(ctx, r, w.peers[i].Target)
+		if err != nil {
+			return fmt.Errorf("peer %q: cannot resolve its target %s at start (%w): start the service it names before serve, or give the target as an address", w.peers[i].Name, w.peers[i].Target, err)
+		}
+		w.peers[i].Dial = ap
+	}
+	return nil
+}
+
+// ownAddrs are the substrate's addresses that no proxy may reach, less those
+// the operator opened deliberately with --egress-allow-cidr (tests open
+// loopback for their upstreams).
+func (w *Wiring) ownAddrs() ([]netip.Addr, error) {
+	all, err := LocalAddrs()
+	opened := append(append([]netip.Prefix{}, w.net.Agent.AllowCIDRs...), w.net.Verifier.AllowCIDRs...)
+	var out []netip.Addr
+	for _, a := range all {
+		deliberate := false
+		for _, p := range opened {
+			if p.Contains(a) {
+				deliberate = true
+			}
+		}
+		if !deliberate {
+			out = append(out, a)
+		}
+	}
+	return out, err
+}
+
+// OpenVisit opens the visitor port for one visit under policy and returns
+// the environment that points the visit's programs at it, and the function
+// that ends the visit. Under no-network nothing is opened and no variable
+// is set. It is for a started Wiring.
+func (w *Wiring) OpenVisit(policy Policy) (env []string, done func()) {
+	if policy.Mode == NoNetwork {
+		return nil, func() {}
+	}
+	token, done := w.visitor.Open(policy)
+	return ProxyEnv(VisitorURL(sandboxAddr(VisitorProxyPort).String(), token), w.named()), done
+}
+
+// Close waits for the listeners, which end with Start's context, and
+// closes the audit.
+func (w *Wiring) Close() {
+	w.wg.Wait()
+	if w.audit != nil {
+		w.audit.Close()
+	}
+}

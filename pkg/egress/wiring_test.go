@@ -1,0 +1,124 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A peer is placed on 127.0.0.1:PORT, or on the next 127.0.0.N when that
+// port is a proxy's or another peer's; the hosts file adds the peers to the
+// substrate's entries, and the agent's environment lists each in no_proxy
+// (docs/failures.md#peers-listed-one-by-one).
+func TestPlanPlacesPeersAndNamesThem(t *testing.T) {
+	w, err := Plan(Network{Agent: Policy{Mode: Public}, Peers: []PeerSpec{
+		{Name: "db", Port: 5432},
+		{Name: "squatter", Port: AgentProxyPort},
+		{Name: "replica", Port: 5432, Target: "10.0.0.1:5432"},
+	}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"db=127.0.0.1:5432->127.0.0.1:5432",
+		"squatter=127.0.0.2:3128->127.0.0.1:3128",
+		"replica=127.0.0.2:5432->10.0.0.1:5432",
+	}, w.Peers())
+	assert.True(t, strings.HasSuffix(string(w.Hosts()), "127.0.0.1\tdb\n127.0.0.2\tsquatter\n127.0.0.2\treplica\n"), "%s", w.Hosts())
+	files := w.AgentFiles()
+	require.NotEmpty(t, files)
+	assert.Equal(t, File{Path: "/etc/hosts", Data: w.Hosts()}, files[0])
+	assert.Contains(t, w.AgentEnv(), "no_proxy=localhost,127.0.0.1,::1,db,squatter,127.0.0.2,replica")
+	assert.Contains(t, w.AgentEnv(), "http_proxy=http://127.0.0.1:3128")
+}
+
+// Under no-network the agent's programs are told of no proxy, and nothing
+// but the peers' names goes into the agent's view.
+func TestPlanUnderNoNetworkSetsNoProxy(t *testing.T) {
+	w, err := Plan(Network{Agent: Policy{Mode: NoNetwork}})
+	require.NoError(t, err)
+	assert.Nil(t, w.AgentEnv())
+	assert.Nil(t, w.Hosts())
+	assert.Empty(t, w.AgentFiles())
+	env, done := w.OpenVisit(Policy{Mode: NoNetwork})
+	assert.Nil(t, env)
+	done()
+}
+
+func TestPlanRefusesBadPeers(t *testing.T) {
+	for _, peers := range [][]PeerSpec{
+		{{Name: "db", Port: 0}},
+		{{Name: "db", Port: 70000}},
+		{{Name: "", Port: 80}},
+		{{Name: "db", Port: 80}, {Name: "DB", Port: 81}},
+	} {
+		_, err := Plan(Network{Agent: Policy{Mode: Public}, Peers: peers})
+		assert.Error(t, err, "%+v", peers)
+	}
+}
+
+// Start makes every listener at once; one that cannot be made fails the
+// start, names its address, and closes the ones that were made.
+func TestStartFailsOnAListenerAndClosesTheOthers(t *testing.T) {
+	w, err := Plan(Network{Agent: Policy{Mode: Public}, Peers: []PeerSpec{{Name: "db", Port: 5432}}})
+	require.NoError(t, err)
+	var made []net.Listener
+	listen := func(ctx context.Context, addrs []netip.AddrPort) ([]net.Listener, []error, error) {
+		lns, errs := make([]net.Listener, len(addrs)), make([]error, len(addrs))
+		for i, a := range addrs {
+			if a.Port() == VisitorProxyPort {
+				errs[i] = errors.New("address already in use")
+				continue
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			lns[i] = ln
+			made = append(made, ln)
+		}
+		return lns, errs, nil
+	}
+	err = w.Start(context.Background(), StartConfig{Listen: listen, AuditDir: t.TempDir(), Resolver: resolverOf()})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "listen on 127.0.0.1:3129 inside the sandbox")
+	require.Len(t, made, 2)
+	for _, ln := range made {
+		_, err := ln.Accept()
+		assert.ErrorIs(t, err, net.ErrClosed, "a listener made before the failure was left open")
+	}
+	w.Close()
+}
+
+// A started wiring serves a visit only with the visit's token, and stops
+// with its context.
+func TestStartServesVisitsUntilItsContextEnds(t *testing.T) {
+	w, err := Plan(Network{Agent: Policy{Mode: NoNetwork}, Verifier: Policy{Mode: Public}})
+	require.NoError(t, err)
+	var visitor net.Listener
+	listen := func(ctx context.Context, addrs []netip.AddrPort) ([]net.Listener, []error, error) {
+		require.Equal(t, []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:3129")}, addrs, "no agent proxy under no-network")
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		visitor = ln
+		return []net.Listener{ln}, []error{nil}, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	require.NoError(t, w.Start(ctx, StartConfig{Listen: listen, AuditDir: t.TempDir(), Resolver: resolverOf()}))
+	env, done := w.OpenVisit(Policy{Mode: Public})
+	assert.Contains(t, strings.Join(env, "\n"), "http_proxy=http://visit:")
+	done()
+	cancel()
+	closed := make(chan struct{})
+	go func() { w.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return once Start's context ended")
+	}
+	_, err = visitor.Accept()
+	assert.Error(t, err)
+}
