@@ -83,6 +83,10 @@ type Daemon struct {
 	reserved atomic.Int64
 	target   join.Target
 	agent    idmap.User
+	// users are the image's users as serve found them at start, before any
+	// agent code ran: the phases' users and every exec -u are resolved
+	// against them, never against the files the agent can rewrite.
+	users *idmap.Users
 
 	started time.Time
 	stop    context.CancelFunc
@@ -208,7 +212,12 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Log, sessions: map[int]*session{}, started: time.Now(), leftovers: &ptyrelay.Leftovers{}}
 
-	agent, err := idmap.Lookup("/", cfg.AgentUser)
+	users, err := idmap.ReadUsers("/")
+	if err != nil {
+		return nil, fmt.Errorf("read the image's users: %w", err)
+	}
+	d.users = users
+	agent, err := users.Lookup(cfg.AgentUser)
 	if err != nil {
 		return nil, fmt.Errorf("agent user: %w", err)
 	}
@@ -253,11 +262,11 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 	// which nothing of the agent's runs before the pin is awaited below.
 	pinned := make(chan error, 1)
 	go func() { pinned <- join.Pin() }()
-	// So are the users of the phases: the agent may rewrite /etc/passwd.
-	if d.verifier, err = idmap.Lookup("/", cfg.VerifierUser); err != nil {
+	// So were the users of the phases, in the snapshot taken above.
+	if d.verifier, err = users.Lookup(cfg.VerifierUser); err != nil {
 		return nil, fmt.Errorf("verifier user: %w", err)
 	}
-	if d.imageUser, err = idmap.Lookup("/", cfg.ImageUser); err != nil {
+	if d.imageUser, err = users.Lookup(cfg.ImageUser); err != nil {
 		return nil, fmt.Errorf("image user: %w", err)
 	}
 	mask := []string{"/logs/verifier"}

@@ -29,10 +29,7 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 	}
 	user := d.agent
 	if req.User != "" {
-		// The sandbox's passwd as it is now, resolved in the sandbox's
-		// view: the agent may have added the user, and its links must not
-		// lead into the daemon's.
-		u, err := idmap.Lookup(fmt.Sprintf("/proc/%d/root", d.holder.PID), req.User)
+		u, err := d.execUser(req.User)
 		if err != nil {
 			fail(125, "%v", err)
 			return
@@ -158,6 +155,20 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 	if uc, ok := nc.(*net.UnixConn); ok {
 		uc.CloseWrite()
 	}
+}
+
+// execUser resolves `exec -u USER[:GROUP]` against the image's users as
+// they were at start, as the phases' users are: never against the
+// sandbox's /etc/passwd and /etc/group as they are now, which the agent can
+// rewrite to give a name any uid. A numeric uid[:gid] always resolves (a
+// bare uid without an entry gets gid 0, as under Docker); a name made since
+// start is refused, with the numeric form to use instead.
+func (d *Daemon) execUser(spec string) (idmap.User, error) {
+	u, err := d.users.Lookup(spec)
+	if errors.Is(err, idmap.ErrUnknownUser) {
+		return u, fmt.Errorf("exec -u %s: %w in the image's /etc/passwd and /etc/group as serve read them at start; one made since is not looked up, since the agent can rewrite those files: give the numeric id instead (-u UID or -u UID:GID)", spec, idmap.ErrUnknownUser)
+	}
+	return u, err
 }
 
 func cutEnv(kv string) (string, string, bool) {

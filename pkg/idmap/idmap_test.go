@@ -116,3 +116,32 @@ func TestLookupRefusesNonRegularFiles(t *testing.T) {
 		t.Fatal("Lookup hung on a FIFO")
 	}
 }
+
+// A snapshot resolves users as its files were when it was read: a name
+// written into them later is unknown to it, an entry changed later keeps its
+// old ids, and a bare uid resolves whatever the files say.
+func TestUsersSnapshotIgnoresLaterEdits(t *testing.T) {
+	root := writeEtc(t)
+	db, err := ReadUsers(root)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(root, "etc/passwd"), []byte(
+		"root:x:0:0:root:/root:/bin/bash\n"+
+			"agent:x:0:0::/root:/bin/bash\n"+
+			"later:x:4242:4343::/:/bin/sh\n"), 0o644))
+
+	_, err = db.Lookup("later")
+	assert.ErrorIs(t, err, ErrUnknownUser)
+	u, err := db.Lookup("agent")
+	require.NoError(t, err)
+	assert.Equal(t, [2]uint32{1000, 1000}, [2]uint32{u.UID, u.GID})
+	u, err = db.Lookup("4242")
+	require.NoError(t, err)
+	assert.Equal(t, [2]uint32{4242, 0}, [2]uint32{u.UID, u.GID}, "a bare uid without an entry gets gid 0")
+	u, err = db.Lookup("4242:4343")
+	require.NoError(t, err)
+	assert.Equal(t, [2]uint32{4242, 4343}, [2]uint32{u.UID, u.GID})
+
+	u, err = Lookup(root, "later")
+	require.NoError(t, err, "Lookup reads the files anew")
+	assert.Equal(t, uint32(4242), u.UID)
+}

@@ -37,18 +37,53 @@ type groupEntry struct {
 	members []string
 }
 
+// Users is a snapshot of an image's user database: its passwd and group
+// files as they were when ReadUsers read them. The daemon reads it at start,
+// before any agent code runs, and resolves every user against it: the agent
+// can rewrite the files afterwards.
+type Users struct {
+	passwd []passwdEntry
+	group  []groupEntry
+}
+
+// ReadUsers reads the passwd and group files under root (the image's,
+// never the host's), resolved as a process whose root it is resolves them.
+func ReadUsers(root string) (*Users, error) {
+	r, err := imagefile.OpenRoot(root)
+	if err != nil {
+		return nil, fmt.Errorf("read the users under %s: %w", root, err)
+	}
+	defer r.Close()
+	db := &Users{}
+	if db.passwd, err = readPasswd(r); err != nil {
+		return nil, err
+	}
+	if db.group, err = readGroup(r); err != nil {
+		return nil, err
+	}
+	return db, nil
+}
+
 // Lookup resolves `user[:group]` like Docker does, from the passwd and group
-// files under root (the image's, never the host's), resolved as a process
-// whose root it is resolves them: "/" at start, /proc/<holder>/root for the
-// sandbox's view later, where the agent's links must not lead outside:
+// files under root, read now (see ReadUsers).
+func Lookup(root, spec string) (User, error) {
+	db, err := ReadUsers(root)
+	if err != nil {
+		return User{}, fmt.Errorf("resolve %q: %w", spec, err)
+	}
+	return db.Lookup(spec)
+}
+
+// Lookup resolves `user[:group]` like Docker does, against the snapshot:
 //   - "" is root;
 //   - a name is its passwd entry with its primary group;
 //   - a bare uid uses its passwd entry when there is one, else gid 0
 //     (docs/failures.md#user-and-group-resolve-like-docker);
 //   - a group is a group name or a bare gid.
 //
-// Supplementary groups are those whose member list names the user.
-func Lookup(root, spec string) (User, error) {
+// Supplementary groups are those whose member list names the user. A name
+// with no entry is ErrUnknownUser.
+func (db *Users) Lookup(spec string) (User, error) {
 	userPart, groupPart, hasGroup := strings.Cut(spec, ":")
 	if userPart == "" && !hasGroup {
 		userPart = "0"
@@ -56,19 +91,7 @@ func Lookup(root, spec string) (User, error) {
 	if userPart == "" {
 		return User{}, fmt.Errorf("resolve %q: %w: the user part is empty; write USER or USER:GROUP", spec, ErrUnknownUser)
 	}
-	r, err := imagefile.OpenRoot(root)
-	if err != nil {
-		return User{}, fmt.Errorf("resolve %q: %w", spec, err)
-	}
-	defer r.Close()
-	users, err := readPasswd(r)
-	if err != nil {
-		return User{}, err
-	}
-	groups, err := readGroup(r)
-	if err != nil {
-		return User{}, err
-	}
+	users, groups := db.passwd, db.group
 
 	u := User{Home: "/", Shell: "/bin/sh"}
 	var found *passwdEntry
