@@ -43,6 +43,7 @@ type Config struct {
 	AllowDegraded bool     // accept a sandbox weaker than declared, and say so everywhere
 	AgentMaxProcs uint64   // RLIMIT_NPROC of a non-root agent user; 0: none
 	HostMode      bool     // no container around us: mask the host's sockets too
+	ReuseRootfs   bool     // serve on a root filesystem that has been an agent's (unsafe: development only)
 	Bwrap         string   // bwrap binary; "" is bwrap on PATH
 	ImageEnv      []string // the image's ENV; PATH defaults to Docker's
 	AgentEnv      []string // the task's environment.env + agent.env
@@ -245,6 +246,15 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 	// A crashed earlier run may have left its socket
 	// (docs/failures.md#stop-leaves-nothing-behind); the lock says it is gone.
 	os.Remove(control.Socket(cfg.HarnessDir))
+	// Before any program of the image runs: once an agent has had this
+	// root filesystem, they may be its.
+	reused, err := checkRootfs(cfg.HarnessDir, cfg.ReuseRootfs, cfg.HostMode)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range reused {
+		cfg.Log.Warn("sandbox degraded", "why", r)
+	}
 
 	// /logs/verifier is masked by an empty tmpfs; create the mount point in
 	// the substrate so bwrap does not have to write into the shared tree, and
@@ -303,7 +313,7 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	d.holder = holder
 	cu.Add(d.killHolder)
-	d.warnings = warnings
+	d.warnings = append(warnings, reused...)
 	d.target = join.Target{PID: holder.PID, Namespaces: holder.Namespaces,
 		Limits: join.Limits{OOMScoreAdj: sessionOOMScoreAdj, MaxProcs: cfg.AgentMaxProcs}}
 	if err := d.target.Hold(); err != nil {
@@ -359,6 +369,11 @@ func (d *Daemon) serve(ctx context.Context) (err error) {
 	}
 	down.Add(d.net.Close)
 	d.reserveGradeSpace()
+	// The first program of the image's that the sandbox runs besides pid 1
+	// is the entrypoint; sessions come later.
+	if err := d.markRootfs(); err != nil {
+		return err
+	}
 	entrypointDone, err := d.startEntrypoint(ctx)
 	if err != nil {
 		return err
@@ -499,13 +514,15 @@ func prepareHarnessDir(dir string) error {
 }
 
 // lockHarness keeps a second serve off the same harness dir. The kernel
-// drops the lock when its owner dies, so a crash never blocks the next start.
+// drops the lock when its owner dies, so a crash leaves no stale lock; what
+// refuses the next start on a root filesystem an agent has had is
+// RootfsMarker.
 func lockHarness(runDir string) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(runDir, "serve.lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open lock: %w", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := lockServe(f); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("%w (%s): stop it with `sandboxd stop`, or give this one another --harness-dir", ErrLocked, runDir)
 	}

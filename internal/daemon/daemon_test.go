@@ -298,9 +298,11 @@ func TestStopLeavesNothing(t *testing.T) {
 	assert.True(t, os.IsNotExist(err), "the control socket exists only while the sandbox is ready")
 }
 
-// A serve killed with SIGKILL takes its sandbox with it, and the next serve
-// on the same harness dir starts cleanly
-// (docs/failures.md#stop-leaves-nothing-behind).
+// A serve killed with SIGKILL takes its sandbox with it and leaves no
+// stale lock: the next serve on the same harness dir is refused only
+// because an agent has had the root filesystem, and with ReuseRootfs it
+// starts cleanly (docs/failures.md#stop-leaves-nothing-behind,
+// docs/failures.md#a-used-root-filesystem-runs-nothing-as-root).
 func TestCrashThenCleanRestart(t *testing.T) {
 	sandboxtest.RequireRoot(t)
 	harness := sandboxtest.HarnessDir(t)
@@ -317,7 +319,9 @@ func TestCrashThenCleanRestart(t *testing.T) {
 	require.Eventually(t, func() bool { return gone(st.Sandbox.PID) }, 5*time.Second, 10*time.Millisecond,
 		"the holder dies with the daemon (--die-with-parent)")
 
-	s := serveForTest(t, Config{HarnessDir: harness})
+	_, err = start(context.Background(), Config{HarnessDir: harness, Log: slog.New(slog.DiscardHandler)})
+	require.ErrorIs(t, err, ErrRootfsUsed)
+	s := serveForTest(t, Config{HarnessDir: harness, ReuseRootfs: true})
 	assert.Equal(t, 0, s.sh(t, "true").exit.Code)
 }
 

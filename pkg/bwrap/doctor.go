@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -19,6 +20,11 @@ import (
 type DoctorConfig struct {
 	Bwrap     string
 	AgentUser string
+	// NoExec, when set, says why no program of the image may run (a serve
+	// holds the harness dir, or an agent has had this root filesystem):
+	// doctor then makes only the checks that execute nothing and builds no
+	// sandbox, and the report is not OK.
+	NoExec string
 }
 
 // Check is one requirement and whether it is met. A warning is met (serve
@@ -34,6 +40,7 @@ type Check struct {
 // Report is the doctor's verdict: OK exactly when serve would start.
 type Report struct {
 	OK      bool    `json:"ok"`
+	Refused string  `json:"refused,omitempty"` // why no program of the image was run (DoctorConfig.NoExec)
 	Bwrap   string  `json:"bwrap,omitempty"`
 	Runtime string  `json:"runtime"`
 	Checks  []Check `json:"checks"`
@@ -106,6 +113,9 @@ func Doctor(ctx context.Context, cfg DoctorConfig) Report {
 		return r
 	}
 	add(Check{Name: "root", OK: true})
+	if cfg.NoExec != "" {
+		return doctorNoExec(r, cfg)
+	}
 
 	path, v, err := Probe(ctx, orDefault(cfg.Bwrap, "bwrap"))
 	if err != nil {
@@ -189,6 +199,23 @@ func Doctor(ctx context.Context, cfg DoctorConfig) Report {
 	}
 	add(Check{Name: "join", OK: true, Detail: fmt.Sprintf("a session as uid %d entered, /proc/sys is read-only, the harness is absent, %s", u.UID, userns)})
 	r.OK = true
+	return r
+}
+
+// doctorNoExec is the doctor that runs no program of the image: bwrap is
+// looked up on PATH, never executed, and what can be read without it is
+// reported.
+func doctorNoExec(r Report, cfg DoctorConfig) Report {
+	r.Refused = cfg.NoExec
+	r.Checks = append(r.Checks, hostChecks()...)
+	r.Checks = append(r.Checks, preflight()...)
+	r.Checks = append(r.Checks, newSyscalls())
+	found := "not on PATH"
+	if path, err := exec.LookPath(orDefault(cfg.Bwrap, "bwrap")); err == nil {
+		found = path
+	}
+	r.Checks = append(r.Checks, Check{Name: "bubblewrap", Detail: fmt.Sprintf("%s, not run: %s", found, cfg.NoExec),
+		Fix: "run doctor in a fresh container from the image, before serve starts there"})
 	return r
 }
 

@@ -123,14 +123,15 @@ func writeTask(t *testing.T, harness string, spec taskSpec) string {
 	return name
 }
 
-// startServe starts serve on harness (a fresh one when ""), serving task.
-func startServe(t *testing.T, harness, task string) *server {
+// startServe starts serve on harness (a fresh one when ""), serving task,
+// with extra flags.
+func startServe(t *testing.T, harness, task string, extra ...string) *server {
 	t.Helper()
-	return startServeIn(t, harness, "", task)
+	return startServeIn(t, harness, "", task, extra...)
 }
 
 // startServeIn is startServe with a workdir of the caller's ("" for a fresh one).
-func startServeIn(t *testing.T, harness, workdir, task string) *server {
+func startServeIn(t *testing.T, harness, workdir, task string, extra ...string) *server {
 	sandboxtest.SharedTests(t)
 	t.Helper()
 	sandboxtest.RequireRoot(t)
@@ -146,6 +147,7 @@ func startServeIn(t *testing.T, harness, workdir, task string) *server {
 	if task != "" {
 		args = append(args, "--task", task)
 	}
+	args = append(args, extra...)
 	s.cmd = exec.Command(sandboxd(t), args...)
 	s.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	s.cmd.Stderr = s.stderr
@@ -279,8 +281,9 @@ func TestHolderKilledMidSession(t *testing.T) {
 }
 
 // SIGTERM (docker stop) and, separately, SIGKILL: no process of the sandbox
-// survives either, the verifier of a grading in flight included, and a serve
-// started after the SIGKILL starts cleanly on the same harness dir
+// survives either, the verifier of a grading in flight included; after the
+// SIGKILL a serve on the same harness dir is refused, the root filesystem
+// being the agent's, and with --reuse-rootfs starts cleanly
 // (docs/failures.md#stop-leaves-nothing-behind,
 // docs/failures.md#verifier-children-end-with-it).
 func TestDaemonSignals(t *testing.T) {
@@ -334,8 +337,19 @@ nohup sh -c 'trap "" TERM HUP INT; while :; do sleep 1; done' </dev/null >/dev/n
 			assert.True(t, gone, "processes of the sandbox survived %s: %v", sig, survivors(pidNS, userNS))
 
 			if sig == syscall.SIGKILL {
-				// The next serve on the same harness dir starts cleanly.
-				next := startServe(t, harness, task)
+				// The next serve on the same harness dir is refused, for
+				// the agent has had this root filesystem
+				// (docs/failures.md#a-used-root-filesystem-runs-nothing-as-root);
+				// told to reuse it, it starts cleanly: no stale lock or
+				// socket is in the way.
+				refused := exec.Command(sandboxd(t), "serve", "--harness-dir", harness, "--host", "--listen", "127.0.0.1:0", "--task", task)
+				refused.Env = []string{"PATH=" + os.Getenv("PATH")}
+				said, err := refused.CombinedOutput()
+				var ee *exec.ExitError
+				require.ErrorAs(t, err, &ee, "a second serve on a used root filesystem: %s", said)
+				assert.Equal(t, 125, ee.ExitCode())
+				assert.Contains(t, string(said), "this root filesystem has already been an agent's")
+				next := startServe(t, harness, task, "--reuse-rootfs")
 				out, exit, err := next.exec("echo fresh", 30*time.Second)
 				require.NoError(t, err)
 				assert.Equal(t, 0, exit.Code)
