@@ -204,6 +204,9 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 		cfg.Workdir = "/"
 	}
 	cfg.HarnessDir = filepath.Clean(cfg.HarnessDir)
+	if err := resolveHidden(&cfg); err != nil {
+		return nil, err
+	}
 	// Harbor's default is public; a phase without its own policy inherits.
 	if cfg.Network.Agent.Mode == "" {
 		cfg.Network.Agent.Mode = egress.Public

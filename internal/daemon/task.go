@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
@@ -22,7 +23,9 @@ func FindTask(harnessDir, sel string) (string, error) {
 	tasks := TasksDir(harnessDir)
 	if sel != "" {
 		if st, err := os.Stat(filepath.Join(sel, "task.toml")); err == nil && !st.IsDir() {
-			return filepath.Abs(sel)
+			// Its real path: the task dir is hidden by it
+			// (docs/failures.md#hidden-paths-are-resolved-once-at-start).
+			return bwrap.RealPath(sel)
 		}
 		if !strings.Contains(sel, "/") {
 			dir := filepath.Join(tasks, sel)

@@ -150,6 +150,9 @@ func Doctor(ctx context.Context, cfg DoctorConfig) Report {
 	}
 	defer os.RemoveAll(harness)
 	os.WriteFile(filepath.Join(harness, HarnessMarker), nil, 0o600)
+	if real, err := RealPath(harness); err == nil {
+		harness = real // /media may be a symlink: only a real path is hidden
+	}
 
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
