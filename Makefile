@@ -36,8 +36,12 @@ e2e: build
 	@scripts/deps.sh test
 	$(GO) test -count=1 -timeout 40m -tags e2e ./test/e2e/...
 
+# The escape suite on this machine (host mode; its shared-filesystem and race
+# classes start containers of their own), then every class again with the
+# daemon inside bullseye and bookworm containers (docs/security.md).
 attack: build
 	$(GO) test -count=1 -timeout 20m -run Escape ./...
+	@scripts/container-tests.sh attack
 
 bench: build
 	$(GO) run ./test/bench -out docs/benchmarks.md

@@ -2,10 +2,12 @@
 # images/base.sh — make sure a minimal Debian base image exists in the local
 # Docker engine, for the container tests (no image can be pulled where CI runs).
 #
-#   images/base.sh bookworm|bullseye [--with-sandbox-tools] [--rebuild]
+#   images/base.sh bookworm|bullseye [--with-sandbox-tools|--with-attack-tools] [--rebuild]
 #
 # Result: the image sandboxd-base:<suite> (or sandboxd-base:<suite>-tools with
-# --with-sandbox-tools: bubblewrap and util-linux added). The tag is printed on
+# --with-sandbox-tools: bubblewrap, util-linux and procps added; or
+# sandboxd-base:<suite>-attack with --with-attack-tools: those and what the
+# escape suite's attempts drive, python3 and iproute2). The tag is printed on
 # stdout, progress goes to stderr, so `tag=$(images/base.sh bookworm)` works.
 #
 # Three levels, fastest first:
@@ -29,7 +31,7 @@ DEFAULT_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 log() { printf '[images/base.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 usage() {
-	echo "usage: images/base.sh bookworm|bullseye [--with-sandbox-tools] [--rebuild]" >&2
+	echo "usage: images/base.sh bookworm|bullseye [--with-sandbox-tools|--with-attack-tools] [--rebuild]" >&2
 	exit 2
 }
 
@@ -42,7 +44,8 @@ for arg in "$@"; do
 		[[ -z $suite ]] || usage
 		suite=$arg
 		;;
-	--with-sandbox-tools) tools=1 ;;
+	--with-sandbox-tools) tools=$((tools > 1 ? tools : 1)) ;;
+	--with-attack-tools) tools=2 ;;
 	--rebuild) rebuild=1 ;;
 	-h | --help) usage ;;
 	*)
@@ -57,12 +60,21 @@ command -v docker >/dev/null || die "docker CLI not found"
 docker info >/dev/null 2>&1 || die "the Docker engine does not answer (is dockerd running?)"
 
 packages=(bash ca-certificates)
-tag=sandboxd-base:$suite
+variant_name=$suite
 if ((tools)); then
 	# procps: the sandbox tests look for leftover processes with pgrep.
 	packages+=(bubblewrap util-linux procps)
-	tag=sandboxd-base:$suite-tools
+	variant_name=$suite-tools
 fi
+if ((tools > 1)); then
+	# The escape suite run inside a container (scripts/container-tests.sh
+	# attack): python3 runs the agent's toolbox (test/attack/attackpy_test.go,
+	# ctypes and sockets), iproute2's ip builds the network classes' test host
+	# and is what the escalation attempts call.
+	packages+=(python3 iproute2)
+	variant_name=$suite-attack
+fi
+tag=sandboxd-base:$variant_name
 include=$(
 	IFS=,
 	echo "${packages[*]}"
@@ -70,8 +82,6 @@ include=$(
 arch=$(dpkg --print-architecture 2>/dev/null || uname -m)
 key="v$RECIPE_VERSION suite=$suite variant=minbase arch=$arch mirror=$MIRROR include=$include"
 hash=$(printf '%s' "$key" | sha256sum | cut -c1-12)
-variant_name=$suite
-((tools)) && variant_name=$suite-tools
 name=base-$variant_name-$hash
 tarball=$CACHE_DIR/$name.tar.gz
 label=org.sandboxd.base.recipe

@@ -194,6 +194,14 @@ elif op == "keyring":                # keyring SERIAL: is our session keyring th
         won("the session keyring %d is the daemon's" % mine)
     lost("session keyring %d, the daemon's is %s" % (mine, args[0]))
 
+elif op == "anykeyring":             # anykeyring: reach any keyring of ours at all
+    for spec, what in [(-1, "thread"), (-2, "process"), (-3, "session"), (-4, "user"), (-5, "user session")]:
+        kid = libc.syscall(250, 0, ctypes.c_long(spec), 0)   # KEYCTL_GET_KEYRING_ID, no create
+        if kid >= 0:
+            won("the %s keyring is %d" % (what, kid))
+        print(what, "keyring:", err())
+    lost("no keyring")
+
 elif op == "handle":                 # handle: open_by_handle_at, the shocker escape
     class fh(ctypes.Structure):
         _fields_ = [("bytes", ctypes.c_uint), ("type", ctypes.c_int), ("f", ctypes.c_ubyte * 128)]

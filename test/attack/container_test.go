@@ -48,6 +48,7 @@ func TestEscape_SharedFilesystem(t *testing.T) {
 // bookworm container, with the documented security options and no network,
 // and records every attempt it reports.
 func runInContainer(t *testing.T, role string) {
+	hostRunOnly(t)
 	requireTools(t, "docker")
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)

@@ -4,8 +4,9 @@
 // agent user, and must fail; the suite counts the attempts and prints the
 // figures that docs/security.md quotes.
 //
-//	make attack                                  # go test -run Escape ./...
+//	make attack                                  # both of these
 //	go test -count=1 -v -run Escape ./test/attack/
+//	scripts/container-tests.sh attack            # the daemon in containers (substrate_test.go)
 //
 // Network targets are only ever this machine's: the substrate's loopback, a
 // test host in a network namespace the suite creates (10.213.77.0/29 and
@@ -144,10 +145,12 @@ func serveTask(t *testing.T, o rolloutOptions) *rollout {
 		HarnessDir: r.harness,
 		Workdir:    r.workdir,
 		AgentUser:  o.user,
-		HostMode:   true, // this machine is a bare host, as under `sandboxd trial`
-		SSH:        daemon.SSH{Listen: "127.0.0.1:0"},
-		Resolver:   o.resolver,
-		Log:        slog.New(slog.DiscardHandler),
+		// On the host this machine is a bare host, as under `sandboxd
+		// trial`; in the container run the daemon serves as in production.
+		HostMode: !inContainerRun,
+		SSH:      daemon.SSH{Listen: "127.0.0.1:0"},
+		Resolver: o.resolver,
+		Log:      slog.New(slog.DiscardHandler),
 	}
 	if cfg.Resolver == nil {
 		cfg.Resolver = fakeResolver{}
@@ -230,9 +233,18 @@ echo "tests: $(cat /tests/secret.txt)"
 `
 
 // tmpfsDir is a fresh tmpfs of size MiB, world-writable like /tmp, so that
-// filling the workdir never fills the machine.
+// filling the workdir never fills the machine. In the container run, which
+// cannot mount, it is a fresh directory of the tmpfs docker run mounted (64
+// MiB for all of them, whatever size asks).
 func tmpfsDir(t *testing.T, mb int) string {
 	t.Helper()
+	if inContainerRun {
+		dir, err := os.MkdirTemp(os.Getenv(workdirsEnv), "sandboxd-attack-wd-")
+		require.NoError(t, err)
+		require.NoError(t, os.Chmod(dir, 0o1777))
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		return dir
+	}
 	dir, err := os.MkdirTemp("", "sandboxd-attack-wd-")
 	require.NoError(t, err)
 	require.NoError(t, unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%dm,mode=1777", mb)))
@@ -360,25 +372,38 @@ func rebinding(first, second string) func() []netip.Addr {
 }
 
 // tally counts attempts across the suite for the summary TestMain prints.
-var tally = &counter{byTest: map[string]*[2]int{}}
+var tally = &counter{byTest: map[string]*[6]int{}}
 
 type counter struct {
-	mu     sync.Mutex
-	byTest map[string]*[2]int // tried, held; the rest escaped
+	mu sync.Mutex
+	// byTest: tried, held (the rest escaped), then tried and held as root
+	// and as the non-root agent, by the subtest each attempt ran in.
+	byTest map[string]*[6]int
 }
 
 func (c *counter) add(test string, held bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	top, _, _ := strings.Cut(test, "/")
-	n := c.byTest[top]
+	parts := strings.SplitN(test, "/", 3)
+	n := c.byTest[parts[0]]
 	if n == nil {
-		n = &[2]int{}
-		c.byTest[top] = n
+		n = &[6]int{}
+		c.byTest[parts[0]] = n
 	}
-	n[0]++
-	if held {
-		n[1]++
+	one := func(i int) {
+		n[i]++
+		if held {
+			n[i+1]++
+		}
+	}
+	one(0)
+	if len(parts) > 1 {
+		switch parts[1] {
+		case "root":
+			one(2)
+		case "user":
+			one(4)
+		}
 	}
 }
 
@@ -389,7 +414,7 @@ func (c *counter) print(w *os.File) {
 		return
 	}
 	names := make([]string, 0, len(c.byTest))
-	var total [2]int
+	var total [6]int
 	for n, v := range c.byTest {
 		names = append(names, n)
 		for i := range total {
@@ -397,12 +422,18 @@ func (c *counter) print(w *os.File) {
 		}
 	}
 	sort.Strings(names)
-	fmt.Fprintf(w, "\nescape attempts (%s/%s):\n", runtime.GOOS, runtime.GOARCH)
-	for _, n := range names {
-		v := c.byTest[n]
-		fmt.Fprintf(w, "  %-48s tried %4d  held %4d  escaped %3d\n", n, v[0], v[1], v[0]-v[1])
+	where := "host"
+	if inContainerRun {
+		where = "container"
 	}
-	fmt.Fprintf(w, "  %-48s tried %4d  held %4d  escaped %3d\n", "total", total[0], total[1], total[0]-total[1])
+	fmt.Fprintf(w, "\nescape attempts (%s/%s, %s run; held/tried as root and as the non-root agent):\n", runtime.GOOS, runtime.GOARCH, where)
+	line := func(name string, v [6]int) {
+		fmt.Fprintf(w, "  %-48s tried %4d  held %4d  escaped %3d  root %4d/%-4d user %4d/%-4d\n", name, v[0], v[1], v[0]-v[1], v[3], v[2], v[5], v[4])
+	}
+	for _, n := range names {
+		line(n, *c.byTest[n])
+	}
+	line("total", total)
 }
 
 // knownOpen are escapes that the suite still finds and that are documented

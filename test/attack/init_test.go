@@ -81,7 +81,7 @@ func init() {
 			os.Stdin.Read(b[:])
 			stop()
 		}()
-		err = daemon.Run(ctx, daemon.Config{HarnessDir: args[0], Workdir: args[1], HostMode: true, Log: slog.New(slog.DiscardHandler)})
+		err = daemon.Run(ctx, daemon.Config{HarnessDir: args[0], Workdir: args[1], HostMode: !inContainerRun, Log: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 125

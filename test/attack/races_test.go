@@ -892,6 +892,8 @@ func cttyCheck(signals *atomic.Int64) func() string {
 // below a directory the test made, so that renaming the way to it touches
 // nothing else of the machine.
 func TestEscape_RacesHost(t *testing.T) {
+	// In the container run the class is TestEscape_RacesContainer's.
+	hostRunOnly(t)
 	requireTools(t, "setsid", "mkfifo", "truncate")
 	for _, a := range raceAgents {
 		t.Run(a.name, func(t *testing.T) {

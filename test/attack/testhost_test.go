@@ -66,28 +66,36 @@ func ipCmd(t *testing.T, args ...string) {
 func startNetwork(t *testing.T) *network {
 	t.Helper()
 	requireTools(t, "ip")
-	n := &network{ns: fmt.Sprintf("sbxattack%d", os.Getpid())}
-	veth := fmt.Sprintf("sbxa%d", os.Getpid()%100000)
-	removeStaleNetns()
-	ipCmd(t, "netns", "add", n.ns)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", n.ns).Run() })
-	ipCmd(t, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", n.ns)
-	t.Cleanup(func() { exec.Command("ip", "link", "del", veth).Run() })
-	ipCmd(t, "addr", "add", hostSide+testPrefix, "dev", veth)
-	ipCmd(t, "-6", "addr", "add", hostSide6+"/64", "dev", veth, "nodad")
-	ipCmd(t, "link", "set", veth, "up")
-	ipCmd(t, "-n", n.ns, "addr", "add", testHost+testPrefix, "dev", "eth0")
-	ipCmd(t, "-n", n.ns, "addr", "add", testHost2+testPrefix, "dev", "eth0")
-	ipCmd(t, "-n", n.ns, "-6", "addr", "add", testHost6+"/64", "dev", "eth0", "nodad")
-	ipCmd(t, "-n", n.ns, "link", "set", "eth0", "up")
-	ipCmd(t, "-n", n.ns, "link", "set", "lo", "up")
+	n := &network{}
+	if inContainerRun {
+		// A default-capability container cannot make a network namespace
+		// or a veth pair: the setup made the test host before the suite
+		// started (substrate_test.go), and its listeners serve every class.
+		adoptTestHost(t, n)
+	} else {
+		n.ns = fmt.Sprintf("sbxattack%d", os.Getpid())
+		veth := fmt.Sprintf("sbxa%d", os.Getpid()%100000)
+		removeStaleNetns()
+		ipCmd(t, "netns", "add", n.ns)
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", n.ns).Run() })
+		ipCmd(t, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", n.ns)
+		t.Cleanup(func() { exec.Command("ip", "link", "del", veth).Run() })
+		ipCmd(t, "addr", "add", hostSide+testPrefix, "dev", veth)
+		ipCmd(t, "-6", "addr", "add", hostSide6+"/64", "dev", veth, "nodad")
+		ipCmd(t, "link", "set", veth, "up")
+		ipCmd(t, "-n", n.ns, "addr", "add", testHost+testPrefix, "dev", "eth0")
+		ipCmd(t, "-n", n.ns, "addr", "add", testHost2+testPrefix, "dev", "eth0")
+		ipCmd(t, "-n", n.ns, "-6", "addr", "add", testHost6+"/64", "dev", "eth0", "nodad")
+		ipCmd(t, "-n", n.ns, "link", "set", "eth0", "up")
+		ipCmd(t, "-n", n.ns, "link", "set", "lo", "up")
 
-	inNetns(t, "/run/netns/"+n.ns, func() {
-		n.hostHTTP = tcpListener(t, "test host", testHost+":80", "testhost-2\n")
-		n.host2HTTP = tcpListener(t, "second test host", testHost2+":80", "testhost-3\n")
-		n.host6HTTP = tcpListener(t, "test host (IPv6)", "["+testHost6+"]:80", "testhost-6\n")
-		n.hostUDP = udpListener(t, "test host DNS", testHost+":53")
-	})
+		inNetns(t, "/run/netns/"+n.ns, func() {
+			n.hostHTTP = tcpListener(t, "test host", testHost+":80", "testhost-2\n")
+			n.host2HTTP = tcpListener(t, "second test host", testHost2+":80", "testhost-3\n")
+			n.host6HTTP = tcpListener(t, "test host (IPv6)", "["+testHost6+"]:80", "testhost-6\n")
+			n.hostUDP = udpListener(t, "test host DNS", testHost+":53")
+		})
+	}
 	n.hostSideTCP = tcpListener(t, "substrate veth address", hostSide+":0", "substrate-veth\n")
 	n.loopbackTCP = tcpListener(t, "substrate loopback", "127.0.0.1:0", "substrate-loopback\n")
 	n.loopback6TCP = tcpListener(t, "substrate loopback (IPv6)", "[::1]:0", "substrate-loopback6\n")
@@ -184,10 +192,41 @@ func inNetns(t *testing.T, path string, fn func()) {
 	require.NoError(t, err)
 }
 
+// The container run's test host, served once for every class that uses it.
+var (
+	adoptOnce    sync.Once
+	adoptedHosts [4]*listener
+)
+
+// adoptTestHost gives n the test host the container run's setup made.
+func adoptTestHost(t *testing.T, n *network) {
+	t.Helper()
+	h := &containerTestHost
+	require.NoError(t, h.err)
+	require.True(t, h.http != nil && h.http2 != nil && h.http6 != nil && h.udp != nil, "the container run's setup handed over no test host (%s)", testHostEnv)
+	adoptOnce.Do(func() {
+		adoptedHosts = [4]*listener{
+			serveTCP("test host", h.http, "testhost-2\n"),
+			serveTCP("second test host", h.http2, "testhost-3\n"),
+			serveTCP("test host (IPv6)", h.http6, "testhost-6\n"),
+			serveUDP("test host DNS", h.udp),
+		}
+		for _, l := range adoptedHosts {
+			l.close = func() {} // the next class serves them again
+		}
+	})
+	n.hostHTTP, n.host2HTTP, n.host6HTTP, n.hostUDP = adoptedHosts[0], adoptedHosts[1], adoptedHosts[2], adoptedHosts[3]
+}
+
 func tcpListener(t *testing.T, name, addr, banner string) *listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	require.NoError(t, err, name)
+	return serveTCP(name, ln, banner)
+}
+
+// serveTCP answers every connection accepted on ln with banner, counting them.
+func serveTCP(name string, ln net.Listener, banner string) *listener {
 	l := &listener{name: name, addr: ln.Addr().String(), close: func() { ln.Close() }}
 	go func() {
 		for {
@@ -210,6 +249,11 @@ func udpListener(t *testing.T, name, addr string) *listener {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", addr)
 	require.NoError(t, err, name)
+	return serveUDP(name, pc)
+}
+
+// serveUDP counts the datagrams that reach pc.
+func serveUDP(name string, pc net.PacketConn) *listener {
 	l := &listener{name: name, addr: pc.LocalAddr().String(), close: func() { pc.Close() }}
 	go func() {
 		buf := make([]byte, 2048)
