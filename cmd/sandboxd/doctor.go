@@ -10,7 +10,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/daemon"
-	"github.com/sandboxd/sandboxd/pkg/bwrap"
+	"github.com/sandboxd/sandboxd/pkg/doctor"
 )
 
 // exitDoctorRefused is doctor's exit when it ran no program of the image:
@@ -26,7 +26,7 @@ func runDoctor(ctx context.Context, args []string) int {
 	if ok, code := noArgs(fs, args); !ok {
 		return code
 	}
-	cfg := bwrap.DoctorConfig{Bwrap: *bwrapPath, AgentUser: *agentUser}
+	cfg := doctor.Config{Bwrap: *bwrapPath, AgentUser: *agentUser}
 	// The image's bwrap, its libraries and /bin/sh run as root here: not
 	// beside a serve, nor once an agent has had this root filesystem.
 	refused := false
@@ -46,10 +46,10 @@ func runDoctor(ctx context.Context, args []string) int {
 			defer release()
 		}
 	}
-	report := bwrap.Doctor(ctx, cfg)
+	report := doctor.Run(ctx, cfg)
 	if *asJSON {
 		b, _ := json.MarshalIndent(struct {
-			bwrap.Report
+			doctor.Report
 			Serve json.RawMessage `json:"serve,omitempty"` // the live serve's status, when one holds the harness dir
 		}{report, live}, "", "  ")
 		fmt.Println(string(b))

@@ -1,4 +1,7 @@
-package bwrap
+// Package doctor is `sandboxd doctor`: it builds a throwaway sandbox with
+// exactly the options serve uses, joins it as a session would, and names
+// each runtime permission that is missing with the flag that grants it.
+package doctor
 
 import (
 	"bytes"
@@ -12,12 +15,13 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/join"
 )
 
-// DoctorConfig is what serve would be started with.
-type DoctorConfig struct {
+// Config is what serve would be started with.
+type Config struct {
 	Bwrap     string
 	AgentUser string
 	// NoExec, when set, says why no program of the image may run (a serve
@@ -40,7 +44,7 @@ type Check struct {
 // Report is the doctor's verdict: OK exactly when serve would start.
 type Report struct {
 	OK      bool    `json:"ok"`
-	Refused string  `json:"refused,omitempty"` // why no program of the image was run (DoctorConfig.NoExec)
+	Refused string  `json:"refused,omitempty"` // why no program of the image was run (Config.NoExec)
 	Bwrap   string  `json:"bwrap,omitempty"`
 	Runtime string  `json:"runtime"`
 	Checks  []Check `json:"checks"`
@@ -101,10 +105,10 @@ var runtimeFlags = []struct {
 	},
 }
 
-// Doctor builds a throwaway sandbox with exactly the options serve uses, joins
+// Run builds a throwaway sandbox with exactly the options serve uses, joins
 // it the way a session would, and names each missing runtime permission with
 // the flag that grants it.
-func Doctor(ctx context.Context, cfg DoctorConfig) Report {
+func Run(ctx context.Context, cfg Config) Report {
 	r := Report{Runtime: detectRuntime()}
 	add := func(c Check) { r.Checks = append(r.Checks, c) }
 
@@ -117,7 +121,7 @@ func Doctor(ctx context.Context, cfg DoctorConfig) Report {
 		return doctorNoExec(r, cfg)
 	}
 
-	path, v, err := Probe(ctx, orDefault(cfg.Bwrap, "bwrap"))
+	path, v, err := bwrap.Probe(ctx, orDefault(cfg.Bwrap, "bwrap"))
 	if err != nil {
 		add(Check{Name: "bubblewrap", Detail: err.Error(), Fix: "install bubblewrap ≥ 0.4.0 with the image's package manager"})
 		return r
@@ -149,14 +153,14 @@ func Doctor(ctx context.Context, cfg DoctorConfig) Report {
 		}
 	}
 	defer os.RemoveAll(harness)
-	os.WriteFile(filepath.Join(harness, HarnessMarker), nil, 0o600)
-	if real, err := RealPath(harness); err == nil {
+	os.WriteFile(filepath.Join(harness, bwrap.HarnessMarker), nil, 0o600)
+	if real, err := bwrap.RealPath(harness); err == nil {
 		harness = real // /media may be a symlink: only a real path is hidden
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	h, err := Start(ctx, Config{Bwrap: path, Workdir: "/", Hide: []string{harness}, Mask: nil})
+	h, err := bwrap.Start(ctx, bwrap.Config{Bwrap: path, Workdir: "/", Hide: []string{harness}, Mask: nil})
 	if err != nil {
 		if c := classify(err); !named(pre, c.Name) {
 			add(c)
@@ -208,7 +212,7 @@ func Doctor(ctx context.Context, cfg DoctorConfig) Report {
 // doctorNoExec is the doctor that runs no program of the image: bwrap is
 // looked up on PATH, never executed, and what can be read without it is
 // reported.
-func doctorNoExec(r Report, cfg DoctorConfig) Report {
+func doctorNoExec(r Report, cfg Config) Report {
 	r.Refused = cfg.NoExec
 	r.Checks = append(r.Checks, hostChecks()...)
 	r.Checks = append(r.Checks, preflight()...)
@@ -255,7 +259,7 @@ func classify(err error) Check {
 			}
 		}
 	}
-	if errors.Is(err, ErrDied) {
+	if errors.Is(err, bwrap.ErrDied) {
 		return Check{Name: "sandbox", Detail: msg, Fix: "bwrap failed for a reason doctor does not know; docs/container-flags.md lists the runtime flags sandboxd needs"}
 	}
 	return Check{Name: "sandbox", Detail: msg}
