@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/sandboxd/sandboxd/internal/daemon"
+	"github.com/sandboxd/sandboxd/internal/trial"
 )
 
 func runTrial(ctx context.Context, args []string) int {
@@ -40,7 +40,7 @@ func runTrial(ctx context.Context, args []string) int {
 		level = slog.LevelInfo
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	v, err := daemon.RunTrial(ctx, daemon.Trial{
+	v, err := trial.Run(ctx, trial.Config{
 		TaskDir:    taskDir,
 		Agent:      *agent,
 		HarnessDir: *harness,

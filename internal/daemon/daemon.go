@@ -68,6 +68,9 @@ type Config struct {
 	// system's. Tests give a fake one.
 	Resolver egress.Resolver
 	Log      *slog.Logger
+	// OnReady, when set, is called once everything serves (the control
+	// socket, the SSH door, the network): trial waits for it.
+	OnReady func()
 }
 
 // Daemon is a running `serve`.
@@ -106,7 +109,6 @@ type Daemon struct {
 	// verifier, the healthcheck) get, so they resolve the names the agent does.
 	visitorHosts string
 	ssh          *sshDoor
-	onReady      func()          // called once everything serves; trial waits for it
 	serveCtx     context.Context // ends when serve stops; work that outlives a client uses it
 	// leftovers keeps reading the output of background processes that
 	// outlive their exec, so they never die of SIGPIPE.
@@ -439,8 +441,8 @@ func (d *Daemon) serve(ctx context.Context) (err error) {
 		}
 	}()
 
-	if d.onReady != nil {
-		d.onReady()
+	if d.cfg.OnReady != nil {
+		d.cfg.OnReady()
 	}
 	d.log.Info("serving", "control", sock, "sandbox_pid", d.holder.PID, "workdir", d.cfg.Workdir, "agent_uid", d.agent.UID)
 	for {

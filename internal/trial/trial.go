@@ -1,4 +1,9 @@
-package daemon
+// Package trial is `sandboxd trial`: one rollout of one task on this
+// machine, without a container. It serves the task with a daemon of its
+// own and plays the harness against it as any client does: the agent runs
+// over the daemon's SSH door, and the grade is asked on its control
+// socket.
+package trial
 
 import (
 	"bytes"
@@ -15,15 +20,16 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/internal/daemon"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
 
-// Trial is one rollout of one task on this machine, without a container:
-// serve the task, run the agent, grade, stop.
-type Trial struct {
+// Config is one trial: serve the task, run the agent, grade, stop.
+type Config struct {
 	TaskDir    string
 	Agent      string // "oracle", "nop", or a command run in the sandbox
 	HarnessDir string // "" is a fresh one under /media, removed afterwards
@@ -34,9 +40,9 @@ type Trial struct {
 	Stderr     io.Writer // the agent's output, for the person watching
 }
 
-// RunTrial runs the trial and returns the verdict. An error means sandboxd
+// Run runs the trial and returns the verdict. An error means sandboxd
 // itself failed; the agent's own failure is in the verdict.
-func RunTrial(ctx context.Context, tr Trial) (grade.Verdict, error) {
+func Run(ctx context.Context, tr Config) (grade.Verdict, error) {
 	log := tr.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -65,15 +71,15 @@ func RunTrial(ctx context.Context, tr Trial) (grade.Verdict, error) {
 	if err != nil {
 		return grade.Verdict{}, err
 	}
-	cfg := Config{
+	cfg := daemon.Config{
 		HarnessDir: harness,
 		Bwrap:      tr.Bwrap,
 		HostMode:   true,
 		Log:        log,
-		SSH:        SSH{Listen: "127.0.0.1:0"},
+		SSH:        daemon.SSH{Listen: "127.0.0.1:0"},
 	}
 	cfg.Resolver = tr.Resolver
-	cfg, err = Configure(cfg, taskDir, tr.AllowCIDRs, os.LookupEnv)
+	cfg, err = daemon.Configure(cfg, taskDir, tr.AllowCIDRs, os.LookupEnv)
 	if err != nil {
 		return grade.Verdict{}, err
 	}
@@ -92,34 +98,33 @@ func RunTrial(ctx context.Context, tr Trial) (grade.Verdict, error) {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	d, err := start(ctx, cfg)
-	if err != nil {
-		return grade.Verdict{}, err
-	}
 	served := make(chan error, 1)
 	ready := make(chan struct{})
-	d.onReady = func() { close(ready) }
-	go func() { served <- d.serve(ctx) }()
+	cfg.OnReady = func() { close(ready) }
+	go func() { served <- daemon.Run(ctx, cfg) }()
 	select {
 	case <-ready:
 	case err := <-served:
-		return grade.Verdict{}, fmt.Errorf("serve ended before it was ready: %v", err)
+		return grade.Verdict{}, fmt.Errorf("serve ended before it was ready: %w", err)
 	}
 	defer func() {
 		cancel()
 		<-served
 	}()
 
-	if err := runAgent(ctx, d, cfg.Task, tr.Agent, tr.Stderr, log); err != nil {
+	client := control.Client{HarnessDir: cfg.HarnessDir}
+	if err := runAgent(ctx, client, cfg.Task, tr.Agent, tr.Stderr, log); err != nil {
 		return grade.Verdict{}, err
 	}
-	return d.Grade(ctx, 0)
+	var v grade.Verdict
+	err = client.Call(ctx, control.Request{Op: "grade"}, &v)
+	return v, err
 }
 
 // runAgent plays the agent under agent.timeout_sec: the oracle feeds
 // solution/solve.sh to `bash -s` through a real SSH session, as the agent
 // user in the workdir; nop does nothing; anything else is a command.
-func runAgent(ctx context.Context, d *Daemon, t *task.Task, agent string, out io.Writer, log *slog.Logger) error {
+func runAgent(ctx context.Context, client control.Client, t *task.Task, agent string, out io.Writer, log *slog.Logger) error {
 	var command string
 	var stdin io.Reader
 	switch agent {
@@ -148,7 +153,7 @@ func runAgent(ctx context.Context, d *Daemon, t *task.Task, agent string, out io
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	code, err := sshRun(actx, d, command, stdin, out)
+	code, err := sshRun(actx, client, command, stdin, out)
 	if actx.Err() == context.DeadlineExceeded {
 		// Harbor kills nothing at the agent's timeout: grading follows with
 		// the agent's processes alive.
@@ -162,34 +167,49 @@ func runAgent(ctx context.Context, d *Daemon, t *task.Task, agent string, out io
 	return nil
 }
 
-// sshRun runs command over one SSH session to the daemon's own door, as a
-// harness would.
-func sshRun(ctx context.Context, d *Daemon, command string, stdin io.Reader, out io.Writer) (int, error) {
-	if d.ssh == nil || d.ssh.agentKey == nil {
-		return 0, errors.New("the trial's SSH door has no agent key")
+// sshRun runs command over one SSH session to the daemon's door, as a
+// harness would, with the agent key the daemon generated (`sandboxd keys`)
+// at the address its status names.
+func sshRun(ctx context.Context, client control.Client, command string, stdin io.Reader, out io.Writer) (int, error) {
+	var st daemon.Status
+	if err := client.Call(ctx, control.Request{Op: "status"}, &st); err != nil {
+		return 0, err
 	}
-	signer, err := ssh.ParsePrivateKey(d.ssh.agentKey)
+	if st.SSH == nil {
+		return 0, errors.New("the trial's serve has no SSH door")
+	}
+	var keys daemon.Keys
+	if err := client.Call(ctx, control.Request{Op: "keys"}, &keys); err != nil {
+		return 0, fmt.Errorf("the trial's SSH door has no agent key: %w", err)
+	}
+	signer, err := ssh.ParsePrivateKey([]byte(keys.PrivateKey))
 	if err != nil {
 		return 0, err
 	}
 	var dialer net.Dialer
-	nc, err := dialer.DialContext(ctx, "tcp", d.ssh.listen)
+	nc, err := dialer.DialContext(ctx, "tcp", st.SSH.Listen)
 	if err != nil {
 		return 0, err
 	}
 	defer nc.Close()
 	go func() { <-ctx.Done(); nc.Close() }()
-	cc, chans, reqs, err := ssh.NewClientConn(nc, d.ssh.listen, &ssh.ClientConfig{
-		User:            "agent",
-		Auth:            []ssh.AuthMethod{ssh.PublicKeys(signer)},
-		HostKeyCallback: ssh.InsecureIgnoreHostKey(), // our own door, on loopback, this very process
+	cc, chans, reqs, err := ssh.NewClientConn(nc, st.SSH.Listen, &ssh.ClientConfig{
+		User: "agent",
+		Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		// The door's own key, as its status names it.
+		HostKeyCallback: func(_ string, _ net.Addr, key ssh.PublicKey) error {
+			if fp := ssh.FingerprintSHA256(key); fp != st.SSH.HostKey {
+				return fmt.Errorf("the SSH door's host key is %s, not %s as its status says", fp, st.SSH.HostKey)
+			}
+			return nil
+		},
 	})
 	if err != nil {
 		return 0, err
 	}
-	client := ssh.NewClient(cc, chans, reqs)
-	defer client.Close()
-	sess, err := client.NewSession()
+	sshClient := ssh.NewClient(cc, chans, reqs)
+	defer sshClient.Close()
+	sess, err := sshClient.NewSession()
 	if err != nil {
 		return 0, err
 	}

@@ -1,4 +1,4 @@
-package daemon
+package trial
 
 import (
 	"context"
@@ -59,7 +59,7 @@ func TestSymlinkedTaskAndHarnessDirsAreHiddenByTheirRealPaths(t *testing.T) {
 			var out sandboxtest.Buffer
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			v, err := RunTrial(ctx, Trial{TaskDir: taskDir, Agent: probe, HarnessDir: harness, Log: slog.New(slog.DiscardHandler), Stderr: &out})
+			v, err := Run(ctx, Config{TaskDir: taskDir, Agent: probe, HarnessDir: harness, Log: slog.New(slog.DiscardHandler), Stderr: &out})
 			require.NoError(t, err)
 			require.Contains(t, out.String(), "probed", "the agent ran")
 			assert.True(t, strings.HasPrefix(out.String(), "1000\n"), "the agent is uid 1000: %s", out.String())

@@ -1,4 +1,4 @@
-package daemon
+package trial
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,10 +19,26 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
+
+func TestMain(m *testing.M) {
+	childproc.Maybe()
+	os.Exit(m.Run())
+}
+
+// fakeResolver maps names to one address each, for the proxies and peers.
+type fakeResolver map[string]string
+
+func (f fakeResolver) LookupNetIP(_ context.Context, _ string, host string) ([]netip.Addr, error) {
+	if a, ok := f[strings.TrimSuffix(strings.ToLower(host), ".")]; ok {
+		return []netip.Addr{netip.MustParseAddr(a)}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
 
 const tasksDir = "../../testdata/tasks"
 
@@ -58,7 +75,7 @@ func startTaskUpstream(t *testing.T) (newTrial func()) {
 	return newTrial
 }
 
-// TestTrial_OwnTasks runs every task of testdata/tasks through RunTrial — the
+// TestTrial_OwnTasks runs every task of testdata/tasks through Run — the
 // oracle over a real SSH session, then the agent that does nothing — and
 // checks what each task's metadata says it must score.
 func TestTrial_OwnTasks(t *testing.T) {
@@ -83,7 +100,7 @@ func TestTrial_OwnTasks(t *testing.T) {
 				newTrial()
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 				defer cancel()
-				v, err := RunTrial(ctx, Trial{TaskDir: dir, Agent: agent, Resolver: upstreamNames, Log: slog.New(slog.DiscardHandler)})
+				v, err := Run(ctx, Config{TaskDir: dir, Agent: agent, Resolver: upstreamNames, Log: slog.New(slog.DiscardHandler)})
 				require.NoError(t, err)
 				require.Equal(t, grade.Status(status), v.Status, "%s\n%s", v.Message, v.StdoutTail)
 				if reward != "" {
