@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/cgroup"
 	"github.com/sandboxd/sandboxd/internal/cleanup"
 	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/internal/reaper"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
@@ -360,7 +361,7 @@ func (d *Daemon) serve(ctx context.Context) (err error) {
 			d.log.Info("stopped")
 		}
 	}()
-	down.Add(reapStrays(d.log))
+	down.Add(reaper.Start(d.log))
 	down.Add(d.leftovers.Close)
 
 	if err := d.net.Start(ctx, egress.StartConfig{

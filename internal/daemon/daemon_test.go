@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/procfs"
+	"github.com/sandboxd/sandboxd/internal/reaper"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 )
@@ -230,7 +231,7 @@ func TestReaperDoesNotStealExitStatus(t *testing.T) {
 		}(i)
 	}
 	wg.Wait()
-	require.Eventually(t, func() bool { return len(zombieChildren()) == 0 }, 10*time.Second, 50*time.Millisecond, "orphans are reaped")
+	require.Eventually(t, func() bool { return len(reaper.Zombies()) == 0 }, 10*time.Second, 50*time.Millisecond, "orphans are reaped")
 }
 
 // Bad input gets a one-line error that says what to do, exit 125, and the

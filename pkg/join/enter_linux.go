@@ -35,7 +35,7 @@ import (
 // Everything it needs is prepared here, in the daemon, before the fork.
 //
 // Security-sensitive: after any change run, as root,
-// go test ./pkg/join/ ./internal/daemon/ ./test/attack/ -run 'Escape|NonRoot|User|Join|Blanked|Exec|Background|NoHarness|Reaper|Stop|Crash|Workdir|DaemonStaysRoot|VerifierEnv|VerifierInstalls|AgentServer|PublicStill|NoNetworkHasNoProxy|AgentCannot|PeerReached'.
+// go test ./pkg/join/ ./internal/daemon/ ./internal/reaper/ ./test/attack/ -run 'Escape|NonRoot|User|Join|Blanked|Exec|Background|NoHarness|Reaper|Stop|Crash|Workdir|DaemonStaysRoot|VerifierEnv|VerifierInstalls|AgentServer|PublicStill|NoNetworkHasNoProxy|AgentCannot|PeerReached'.
 type enterPlan struct {
 	tty        bool
 	filter     *unix.SockFprog

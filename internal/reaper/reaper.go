@@ -1,4 +1,7 @@
-package daemon
+// Package reaper reaps the zombie children that nothing waits for, and
+// never one that something does: the daemon's part as a container's PID 1
+// and as the parent of what it joins into the sandbox.
+package reaper
 
 import (
 	"bufio"
@@ -26,9 +29,10 @@ import (
 // exit (a pid namespace ends only once all of its processes are reaped), so
 // serve's end would wait for the holder until it gave up.
 //
-// So serve reaps every zombie child that nothing waits for, PID 1 or not,
-// and never one that something does wait for, which would steal a session's
-// exit status (docs/failures.md#reaper-never-takes-a-session-exit-status).
+// So the daemon reaps every zombie child that nothing waits for, PID 1 or
+// not, and never one that something does wait for, which would steal a
+// session's exit status
+// (docs/failures.md#reaper-never-takes-a-session-exit-status).
 // Every process the daemon starts is an os.Process, which holds a pidfd from
 // its start until Wait has reaped it: a zombie child with a pidfd is left to
 // its waiter. One without is taken once it is older
@@ -42,9 +46,9 @@ const (
 	zombieSettle = 100 * time.Millisecond
 )
 
-// reapStrays reaps, until the returned function is called, this process's
+// Start reaps, until the returned function is called, this process's
 // zombie children that nothing waits for.
-func reapStrays(log *slog.Logger) (stop func()) {
+func Start(log *slog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -76,7 +80,7 @@ func reapUntil(ctx context.Context, log *slog.Logger) {
 // seen, and says when to look again.
 func reapOnce(seen map[int]time.Time, log *slog.Logger) (again time.Duration) {
 	again = zombieGrace
-	zombies := zombieChildren()
+	zombies := Zombies()
 	if len(zombies) == 0 {
 		clear(seen)
 		return again
@@ -113,8 +117,9 @@ func reapOnce(seen map[int]time.Time, log *slog.Logger) (again time.Duration) {
 	return again
 }
 
-// zombieChildren lists our children that have exited and not been waited for.
-func zombieChildren() map[int]procfs.Stat {
+// Zombies lists this process's children that have exited and not been
+// waited for.
+func Zombies() map[int]procfs.Stat {
 	me := os.Getpid()
 	out := map[int]procfs.Stat{}
 	for _, pid := range procfs.PIDs() {

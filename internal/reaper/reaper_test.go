@@ -1,4 +1,4 @@
-package daemon
+package reaper
 
 import (
 	"errors"
@@ -20,7 +20,7 @@ import (
 // that would be a session's exit status stolen
 // (docs/failures.md#reaper-never-takes-a-session-exit-status).
 func TestReaperTakesOnlyChildrenNothingWaitsFor(t *testing.T) {
-	stop := reapStrays(slog.New(slog.DiscardHandler))
+	stop := Start(slog.New(slog.DiscardHandler))
 	defer stop()
 	// No os.Process for this one: nothing will wait for it.
 	stray, err := syscall.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{})
