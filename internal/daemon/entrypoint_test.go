@@ -1,8 +1,6 @@
 package daemon
 
 import (
-	"bytes"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,30 +62,4 @@ func TestEntrypointLogKeepsEveryByteUntilEOF(t *testing.T) {
 	assert.Equal(t, burst+len("burst-done\n")+len("left-behind\n"), len(log))
 	assert.Equal(t, strings.Repeat("0123456789abcde\n", burst/16), log[:burst])
 	assert.Equal(t, "burst-done\nleft-behind\n", log[burst:])
-}
-
-// However much the entrypoint writes, its log stays bounded: the file moves
-// to entrypoint.log.1 at its limit, and the two hold the latest output.
-func TestEntrypointLogIsBoundedAndKeepsTheLatest(t *testing.T) {
-	dir := t.TempDir()
-	l, err := openEntrypointLog(dir)
-	require.NoError(t, err)
-	l.max = 1 << 20
-	var in bytes.Buffer
-	for i := 0; in.Len() < 5<<20; i++ {
-		in.WriteString(strings.Repeat("x", i%100) + "\n")
-	}
-	want := in.Bytes()
-	l.copy(bytes.NewReader(want), slog.New(slog.DiscardHandler))
-
-	cur, err := os.ReadFile(filepath.Join(dir, "entrypoint.log"))
-	require.NoError(t, err)
-	old, err := os.ReadFile(filepath.Join(dir, "entrypoint.log.1"))
-	require.NoError(t, err)
-	assert.LessOrEqual(t, len(cur), 1<<20)
-	assert.LessOrEqual(t, len(old), 1<<20)
-	assert.Greater(t, len(old), 1<<19)
-	assert.True(t, bytes.HasSuffix(want, append(old, cur...)), "the two files hold the latest output, in order")
-	_, err = os.Stat(filepath.Join(dir, "entrypoint.log.2"))
-	assert.True(t, os.IsNotExist(err), "one old file is kept, no more")
 }

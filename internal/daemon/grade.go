@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/entrypoint"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 	"github.com/sandboxd/sandboxd/pkg/join"
-	"github.com/sandboxd/sandboxd/pkg/ptyrelay"
 )
 
 // ErrNoTask means grading was asked of a serve that has no task.
@@ -64,79 +63,22 @@ func (d *Daemon) setPhase(p string) {
 }
 
 // startEntrypoint runs the image's ENTRYPOINT inside the sandbox as the
-// image's user, as Docker would have run it (Harbor keeps the entrypoint and
-// replaces only the command). Its stdout and stderr are one pipe, as under
-// Docker: the daemon reads it and writes <harness>/logs/entrypoint.log,
-// which nothing in the sandbox can open (a file of the harness as the
-// entrypoint's stdout was one for the agent too, through /proc/PID/fd/1).
-// If it exits or crashes, that is logged and reported; serving goes on.
-// done waits for the entrypoint and for its log to be written to the end;
-// the sandbox must be going for it to return.
+// image's user, with the image's and the task's environment, and its output
+// logged to <harness>/logs (package entrypoint). done waits for it and for
+// its log; the sandbox must be going for it to return.
 func (d *Daemon) startEntrypoint(ctx context.Context) (done func(), err error) {
 	if len(d.cfg.Entrypoint) == 0 {
 		return func() {}, nil
 	}
 	user := d.imageUser
-	out, err := openEntrypointLog(d.harnessPath("logs"))
-	if err != nil {
-		return nil, err
-	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		out.close()
-		return nil, fmt.Errorf("entrypoint: output pipe: %w", err)
-	}
-	logged := make(chan struct{})
-	go func() {
-		defer close(logged)
-		out.copy(pr, d.log)
-	}()
-	wait := func() {
-		select {
-		case <-logged:
-		case <-time.After(entrypointDrain):
-			// Something outside the sandbox holds the pipe open: stop
-			// rather than hold serve's end.
-			pr.SetReadDeadline(time.Now())
-			<-logged
-		}
-		pr.Close()
-	}
 	env := sessionEnv(d.cfg.ImageEnv, d.cfg.Task.EnvironmentEnv().Environ(), user, nil)
-	st, err := d.target.Command(join.Spec{User: user, Env: env, Dir: d.cfg.Workdir, Argv: d.cfg.Entrypoint})
-	if err != nil {
-		pw.Close()
-		wait()
-		return nil, fmt.Errorf("entrypoint %q: %w", d.cfg.Entrypoint, err)
-	}
-	growPipe(pw)
-	st.Cmd.Stdout, st.Cmd.Stderr = pw, pw
-	proc, err := st.Start()
-	// The entrypoint holds its own copy now (or never will): EOF comes
-	// when it and whatever it started have all closed theirs.
-	pw.Close()
-	if err != nil {
-		d.entrypointState(fmt.Sprintf("failed to start: %v", err))
-		d.log.Error("entrypoint failed to start", "argv", d.cfg.Entrypoint, "err", err)
-		return wait, nil
-	}
-	d.entrypointState("running")
-	d.log.Info("entrypoint started", "argv", d.cfg.Entrypoint, "pid", proc.PID, "uid", user.UID)
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		err := st.Cmd.Wait()
-		code, sig, _ := join.ExitStatus(err)
-		state := fmt.Sprintf("exited %d", code)
-		if sig != 0 {
-			state = "killed by " + ptyrelay.SignalName(sig)
-		}
-		d.entrypointState(state)
-		if ctx.Err() == nil {
-			d.log.Warn("entrypoint ended", "argv", d.cfg.Entrypoint, "state", state)
-		}
-	}()
-	return func() { <-exited; wait() }, nil
+	return entrypoint.Start(ctx, entrypoint.Config{
+		Target: d.target,
+		Spec:   join.Spec{User: user, Env: env, Dir: d.cfg.Workdir, Argv: d.cfg.Entrypoint},
+		LogDir: d.harnessPath("logs"),
+		Log:    d.log,
+		State:  d.entrypointState,
+	})
 }
 
 func (d *Daemon) entrypointState(s string) {

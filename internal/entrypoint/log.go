@@ -1,4 +1,4 @@
-package daemon
+package entrypoint
 
 import (
 	"errors"
@@ -12,38 +12,38 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The entrypoint's log is bounded: past entrypointLogMax bytes the file
+// The entrypoint's log is bounded: past logMax bytes the file
 // moves to entrypoint.log.1 (replacing the one before) and a new one starts,
 // so it keeps the latest 16 to 32 MiB of the output however long it runs.
-const entrypointLogMax = 16 << 20
+const logMax = 16 << 20
 
-// entrypointDrain bounds how long serve's end waits for the log once the
+// drain bounds how long serve's end waits for the log once the
 // entrypoint is gone. Only the sandbox's processes can hold the pipe, and
 // they die with it, so EOF comes at once; the bound is for what cannot be.
-const entrypointDrain = 5 * time.Second
+const drain = 5 * time.Second
 
-// entrypointLog is the harness's copy of the entrypoint's output. Only the
+// logFile is the harness's copy of the entrypoint's output. Only the
 // daemon writes it, from the pipe the entrypoint writes to.
-type entrypointLog struct {
+type logFile struct {
 	path string
-	max  int64 // entrypointLogMax; tests make it smaller
+	max  int64 // logMax; tests make it smaller
 	f    *os.File
 	size int64
 	lost int64 // bytes read that could not be written (a full disk)
 }
 
-func openEntrypointLog(dir string) (*entrypointLog, error) {
+func openLog(dir string) (*logFile, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("entrypoint: create the log dir: %w", err)
 	}
-	l := &entrypointLog{path: filepath.Join(dir, "entrypoint.log"), max: entrypointLogMax}
+	l := &logFile{path: filepath.Join(dir, "entrypoint.log"), max: logMax}
 	if err := l.open(); err != nil {
 		return nil, fmt.Errorf("entrypoint: open its log: %w", err)
 	}
 	return l, nil
 }
 
-func (l *entrypointLog) open() error {
+func (l *logFile) open() error {
 	f, err := os.OpenFile(l.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
@@ -61,7 +61,7 @@ func (l *entrypointLog) open() error {
 // deadline). It never stops reading before then, whatever the file does, so
 // the entrypoint never blocks on a full pipe: a chunk that cannot be written
 // is counted, and the count is written at the end.
-func (l *entrypointLog) copy(r io.Reader, log *slog.Logger) {
+func (l *logFile) copy(r io.Reader, log *slog.Logger) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := r.Read(buf)
@@ -82,7 +82,7 @@ func (l *entrypointLog) copy(r io.Reader, log *slog.Logger) {
 	l.close()
 }
 
-func (l *entrypointLog) write(p []byte) {
+func (l *logFile) write(p []byte) {
 	if l.f != nil && l.size > 0 && l.size+int64(len(p)) > l.max {
 		l.f.Close()
 		l.f = nil
@@ -101,7 +101,7 @@ func (l *entrypointLog) write(p []byte) {
 	}
 }
 
-func (l *entrypointLog) close() {
+func (l *logFile) close() {
 	if l.f != nil {
 		l.f.Close()
 		l.f = nil
