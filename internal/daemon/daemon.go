@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/cgroup"
 	"github.com/sandboxd/sandboxd/internal/cleanup"
 	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/internal/masks"
 	"github.com/sandboxd/sandboxd/internal/reaper"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/egress"
@@ -512,7 +513,7 @@ func prepareHarnessDir(dir string) error {
 	if err := os.Chmod(filepath.Join(dir, "run"), 0o700); err != nil {
 		return err
 	}
-	marker := filepath.Join(dir, bwrap.HarnessMarker)
+	marker := filepath.Join(dir, masks.HarnessMarker)
 	if err := os.WriteFile(marker, nil, 0o600); err != nil {
 		return fmt.Errorf("mark harness dir: %w", err)
 	}

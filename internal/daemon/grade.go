@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/masks"
 	"github.com/sandboxd/sandboxd/internal/entrypoint"
-	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 	"github.com/sandboxd/sandboxd/pkg/join"
 )
@@ -91,9 +91,9 @@ func (d *Daemon) entrypointState(s string) {
 // what the sandbox hides (the task dir under trial), and on a bare host the
 // host's sockets, since a visitor's view is the substrate's.
 func (d *Daemon) visitorMasks() []string {
-	masks := append([]string{}, d.cfg.Hide...)
+	out := append([]string{}, d.cfg.Hide...)
 	if d.cfg.HostMode {
-		masks = append(masks, bwrap.HostSockets()...)
+		out = append(out, masks.HostSockets()...)
 	}
-	return masks
+	return out
 }

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/masks"
 	"github.com/sandboxd/sandboxd/internal/procfs"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
@@ -147,7 +148,7 @@ func HarnessDir(t testing.TB) string {
 	require.NoError(t, os.MkdirAll("/media", 0o755))
 	dir, err := os.MkdirTemp("/media", "sandboxd-test-")
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, bwrap.HarnessMarker), nil, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, masks.HarnessMarker), nil, 0o600))
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
 }

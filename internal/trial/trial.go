@@ -22,7 +22,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/daemon"
-	"github.com/sandboxd/sandboxd/pkg/bwrap"
+	"github.com/sandboxd/sandboxd/internal/masks"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 	"github.com/sandboxd/sandboxd/pkg/task"
@@ -64,7 +64,7 @@ func Run(ctx context.Context, tr Config) (grade.Verdict, error) {
 	}
 	// Marked before anything else, so that a concurrent trial's sandbox
 	// hides it too.
-	if err := os.WriteFile(filepath.Join(harness, bwrap.HarnessMarker), nil, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(harness, masks.HarnessMarker), nil, 0o600); err != nil {
 		return grade.Verdict{}, err
 	}
 	taskDir, err := filepath.Abs(tr.TaskDir)

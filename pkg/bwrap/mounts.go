@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/sandboxd/sandboxd/internal/masks"
 )
 
 // DataFile is a file that exists only in the sandbox's view (the hosts file
@@ -19,35 +21,6 @@ type DataFile struct {
 	Data     []byte
 	ReadOnly bool
 }
-
-// HarnessMarker is the file that marks a directory as a sandboxd harness dir.
-// Every marked directory is absent from every sandbox, so that two trials on
-// one machine never see each other's harness.
-const HarnessMarker = ".sandboxd-harness"
-
-// MaskedPaths and ReadOnlyPaths are Docker's masked and read-only paths
-// (moby's oci defaults) plus a read-only /sys. The identity map makes the
-// agent's root the container's root, so a writable
-// /proc/sys/kernel/core_pattern would be a host escape
-// (docs/failures.md#kernel-settings-stay-read-only). bwrap covers some of
-// them itself, but only those it finds writable during its own setup, which
-// is not all of them: every one is bound read-only here. Sysctl
-// entries are looked up in the reader's namespaces, so the substrate's
-// /proc/sys shows the sandbox's own network and uts values. The visitor
-// (pkg/grade) applies the same lists to its own view.
-var (
-	MaskedPaths = []string{
-		"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys",
-		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
-		"/proc/sched_debug", "/proc/scsi", "/sys/firmware",
-		"/sys/devices/virtual/powercap",
-	}
-	ReadOnlyPaths = []string{"/sys", "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
-)
-
-// hostSocketDirs are where a bare host keeps the sockets that would hand the
-// agent the machine (docs/failures.md#host-mode-masks-the-host).
-var hostSocketDirs = []string{"/run", "/var/run", "/run/containerd", "/run/docker", "/run/user"}
 
 // mountPlan emits the sandbox's filesystem, in order, into a.
 type mountPlan struct {
@@ -77,12 +50,12 @@ func (p *mountPlan) emit(a *Args) error {
 			a.Add("--dev-bind", d, d)
 		}
 	}
-	for _, m := range ReadOnlyPaths {
+	for _, m := range masks.ReadOnly {
 		if _, err := os.Stat(p.path(m)); err == nil {
 			a.Add("--ro-bind", m, m)
 		}
 	}
-	for _, m := range MaskedPaths {
+	for _, m := range masks.Masked {
 		st, err := os.Stat(p.path(m))
 		if err != nil {
 			continue
@@ -118,7 +91,7 @@ func (p *mountPlan) emit(a *Args) error {
 		}
 	}
 	if p.cfg.HostMode {
-		for _, s := range HostSockets() {
+		for _, s := range masks.HostSockets() {
 			a.Add("--ro-bind", "/dev/null", s)
 		}
 	}
@@ -282,32 +255,6 @@ func (p *mountPlan) insideHidden(dir string) bool {
 }
 
 func (p *mountPlan) isHarness(dir string) bool {
-	_, err := os.Lstat(filepath.Join(p.path(dir), HarnessMarker))
+	_, err := os.Lstat(filepath.Join(p.path(dir), masks.HarnessMarker))
 	return err == nil
-}
-
-// HostSockets lists the unix sockets a bare host keeps in its run dirs: the
-// sandbox masks them in host mode, and so must the verifier's view.
-func HostSockets() []string {
-	p := &mountPlan{root: "/"}
-	seen := map[string]bool{}
-	var out []string
-	for _, dir := range hostSocketDirs {
-		entries, err := os.ReadDir(p.path(dir))
-		if err != nil {
-			continue
-		}
-		for _, e := range entries {
-			full := filepath.Join(dir, e.Name())
-			real, err := filepath.EvalSymlinks(p.path(full))
-			if err != nil || seen[real] {
-				continue
-			}
-			if st, err := os.Lstat(p.path(full)); err == nil && st.Mode()&fs.ModeSocket != 0 {
-				seen[real] = true
-				out = append(out, full)
-			}
-		}
-	}
-	return out
 }

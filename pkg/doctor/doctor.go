@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/masks"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/join"
@@ -153,7 +154,7 @@ func Run(ctx context.Context, cfg Config) Report {
 		}
 	}
 	defer os.RemoveAll(harness)
-	os.WriteFile(filepath.Join(harness, bwrap.HarnessMarker), nil, 0o600)
+	os.WriteFile(filepath.Join(harness, masks.HarnessMarker), nil, 0o600)
 	if real, err := bwrap.RealPath(harness); err == nil {
 		harness = real // /media may be a symlink: only a real path is hidden
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxd/sandboxd/internal/masks"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/grade"
@@ -272,7 +273,7 @@ func TestAgentCannotMoveTheWayToTheHarness(t *testing.T) {
 	top := t.TempDir()
 	harness := filepath.Join(top, "deep", "harness")
 	require.NoError(t, os.MkdirAll(harness, 0o700))
-	require.NoError(t, os.WriteFile(filepath.Join(harness, bwrap.HarnessMarker), nil, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(harness, masks.HarnessMarker), nil, 0o600))
 	sb := sandboxtest.Start(t, bwrap.Config{Hide: []string{harness}})
 	scratch := filepath.Join(t.TempDir(), "x")
 	for _, dir := range []string{filepath.Dir(top), top, filepath.Dir(harness)} {

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/internal/masks"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
-	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/join"
@@ -470,7 +470,7 @@ func sandboxHarnessSibling(t *testing.T, harness string) string {
 	dir, err := os.MkdirTemp(filepath.Dir(harness), "sandboxd-other-")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	require.NoError(t, os.WriteFile(filepath.Join(dir, bwrap.HarnessMarker), nil, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, masks.HarnessMarker), nil, 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "secret"), []byte("tests of another trial"), 0o600))
 	return dir
 }

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/beneath"
-	"github.com/sandboxd/sandboxd/pkg/bwrap"
+	"github.com/sandboxd/sandboxd/internal/masks"
 )
 
 // buildView gives the visitor a root of its own and makes it the visitor's
@@ -68,11 +68,6 @@ func buildView(p params) error {
 	}
 	for _, m := range p.Mask {
 		if err := mask(m, true); err != nil {
-			return err
-		}
-	}
-	for _, m := range bwrap.HostSockets() {
-		if err := mask(m, false); err != nil {
 			return err
 		}
 	}
@@ -149,12 +144,12 @@ func buildView(p params) error {
 	// In the visitor's own root now: /proc is ours and /sys is the
 	// substrate's, neither of which the agent can write, so Docker's paths
 	// are taken by name.
-	for _, m := range bwrap.ReadOnlyPaths {
+	for _, m := range masks.ReadOnly {
 		if err := bindReadOnly(m); err != nil {
 			return err
 		}
 	}
-	for _, m := range bwrap.MaskedPaths {
+	for _, m := range masks.Masked {
 		if err := mask(m, false); err != nil {
 			return err
 		}

@@ -52,9 +52,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/beneath"
+	"github.com/sandboxd/sandboxd/internal/masks"
 	"github.com/sandboxd/sandboxd/internal/memfd"
 	"github.com/sandboxd/sandboxd/internal/tail"
-	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/join"
 )
 
@@ -224,7 +224,7 @@ func paramsFor(view View, spec join.Spec) (params, error) {
 	if err != nil {
 		return params{}, err
 	}
-	p := params{Harness: harness, Mask: masks(view), Devices: view.Devices, Spec: spec}
+	p := params{Harness: harness, Mask: otherMasks(view), Devices: view.Devices, Spec: spec}
 	for _, f := range []struct {
 		abs string
 		rel *string
@@ -266,9 +266,9 @@ func beneathHarness(harness, path string) (string, error) {
 	return rel, nil
 }
 
-// masks lists what the visitor covers beside the harness dir itself: every
+// otherMasks lists what the visitor covers beside the harness dir itself: every
 // other marked harness dir beside it, and the view's extra paths.
-func masks(view View) []string {
+func otherMasks(view View) []string {
 	harness := filepath.Clean(view.HarnessDir)
 	var out []string
 	parent := filepath.Dir(harness)
@@ -278,7 +278,7 @@ func masks(view View) []string {
 			if p == harness || !e.IsDir() {
 				continue
 			}
-			if _, err := os.Lstat(filepath.Join(p, bwrap.HarnessMarker)); err == nil {
+			if _, err := os.Lstat(filepath.Join(p, masks.HarnessMarker)); err == nil {
 				out = append(out, p)
 			}
 		}

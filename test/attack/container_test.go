@@ -27,7 +27,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/daemon"
-	"github.com/sandboxd/sandboxd/pkg/bwrap"
+	"github.com/sandboxd/sandboxd/internal/masks"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 )
@@ -220,7 +220,7 @@ func serveInContainer(agent, user string, o containerServeOptions) (*containerSe
 	if err := writeTree(filepath.Join(daemon.TasksDir(s.harness), s.taskName), files); err != nil {
 		return nil, err
 	}
-	os.WriteFile(filepath.Join(s.harness, bwrap.HarnessMarker), nil, 0o600)
+	os.WriteFile(filepath.Join(s.harness, masks.HarnessMarker), nil, 0o600)
 	s.workdir = "/work-" + agent
 	os.MkdirAll(s.workdir, 0o1777)
 	os.Chmod(s.workdir, 0o1777)

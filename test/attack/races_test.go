@@ -26,7 +26,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/daemon"
-	"github.com/sandboxd/sandboxd/pkg/bwrap"
+	"github.com/sandboxd/sandboxd/internal/masks"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 )
@@ -906,7 +906,7 @@ func TestEscape_RacesHost(t *testing.T) {
 			})
 			harness := filepath.Join(top, "deep", "h-"+randomHex(6))
 			require.NoError(t, os.MkdirAll(harness, 0o700))
-			require.NoError(t, os.WriteFile(filepath.Join(harness, bwrap.HarnessMarker), nil, 0o600))
+			require.NoError(t, os.WriteFile(filepath.Join(harness, masks.HarnessMarker), nil, 0o600))
 			// The racer is this binary, where uid 1000 can run it and
 			// outside what the ancestor attack renames.
 			binDir, err := os.MkdirTemp("/var/tmp", "sandboxd-race-bin-")

@@ -32,9 +32,9 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/daemon"
+	"github.com/sandboxd/sandboxd/internal/masks"
 	"github.com/sandboxd/sandboxd/internal/procfs"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
-	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 )
 
@@ -547,7 +547,7 @@ func TestGradingOnAFullDisk(t *testing.T) {
 	harness, workdir := filepath.Join(root, "harness"), filepath.Join(root, "work")
 	require.NoError(t, os.MkdirAll(harness, 0o700))
 	require.NoError(t, os.MkdirAll(workdir, 0o1777))
-	require.NoError(t, os.WriteFile(filepath.Join(harness, bwrap.HarnessMarker), nil, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(harness, masks.HarnessMarker), nil, 0o600))
 	task := writeTask(t, harness, taskSpec{testSh: "echo 1 > /logs/verifier/reward.txt\n"})
 	s := startServeIn(t, harness, workdir, task)
 	out, _, err := s.exec("dd if=/dev/zero of=fill bs=64k 2>&1 | grep -i space; df -k . | tail -1", time.Minute)
