@@ -37,7 +37,7 @@ secopts=(--security-opt seccomp=images/seccomp.json
 status=0
 
 sandbox_stage() {
-  local pkgs=(./pkg/bwrap ./pkg/doctor ./pkg/join ./pkg/grade ./internal/daemon)
+  local pkgs=(./pkg/bwrap ./pkg/doctor ./pkg/join ./pkg/visit ./pkg/grade ./internal/daemon ./internal/reaper)
   local p
   for p in "${pkgs[@]}"; do
     CGO_ENABLED=0 go test -c -o "$bins/$(basename "$p").test" "$p"
