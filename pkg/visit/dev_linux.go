@@ -115,13 +115,8 @@ func bindDevice(src, dev int, rel string, required bool) error {
 		}
 		defer unix.Close(parent)
 	}
-	name := filepath.Base(rel)
-	f, err := unix.Openat(parent, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
-	if err != nil {
-		return fmt.Errorf("create /dev/%s in the visitor's view: %w", rel, err)
+	if err := bindFileAt(fd, parent, filepath.Base(rel)); err != nil {
+		return fmt.Errorf("/dev/%s: %w", rel, err)
 	}
-	unix.Close(f)
-	return mountAt(parent, name, func(target string) error {
-		return unix.Mount(beneath.FDPath(fd), target, "", unix.MS_BIND, "")
-	})
+	return nil
 }

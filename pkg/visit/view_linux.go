@@ -233,14 +233,7 @@ func bindEntry(fd, to int, name string) error {
 		}
 		return nil
 	case unix.S_IFREG:
-		dst, err := unix.Openat(to, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
-		if err != nil {
-			return fmt.Errorf("create %s in the visitor's view: %w", name, err)
-		}
-		unix.Close(dst)
-		return mountAt(to, name, func(target string) error {
-			return unix.Mount(beneath.FDPath(fd), target, "", unix.MS_BIND, "")
-		})
+		return bindFileAt(fd, to, name)
 	}
 	return nil
 }
@@ -259,6 +252,19 @@ func bindDirAt(src, to int, name string, mode uint32) error {
 		return fmt.Errorf("bind /%s into the visitor's view: %w", name, err)
 	}
 	return nil
+}
+
+// bindFileAt binds what fd is open on (a file or a device) onto a new empty
+// file name in the directory to.
+func bindFileAt(fd, to int, name string) error {
+	dst, err := unix.Openat(to, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return fmt.Errorf("create %s in the visitor's view: %w", name, err)
+	}
+	unix.Close(dst)
+	return mountAt(to, name, func(target string) error {
+		return unix.Mount(beneath.FDPath(fd), target, "", unix.MS_BIND, "")
+	})
 }
 
 // mountAt calls mount with the entry name of the directory dirfd as its
