@@ -24,6 +24,7 @@ import (
 // goroutines in a blocking system call at once, and returns once they have
 // all come back. The threads stay, parked, for later blocking calls.
 func Threads(n int) error {
+	before := threadCount()
 	var fds [2]int
 	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
 		return err
@@ -43,9 +44,11 @@ func Threads(n int) error {
 		}()
 	}
 	started.Wait()
-	// Let every reader reach its read before they are released.
+	// Let every reader reach its read before they are released: the
+	// runtime's own threads are there already.
+	want := before + n
 	for range 100 {
-		if threadCount() >= n {
+		if threadCount() >= want {
 			break
 		}
 		unix.Nanosleep(&unix.Timespec{Nsec: 1_000_000}, nil)

@@ -1,6 +1,7 @@
 package grade_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -326,4 +327,16 @@ echo 1 > /logs/verifier/reward.txt
 	assert.LessOrEqual(t, len(strings.Fields(read("fds"))), 4, "descriptors of the daemon reached the verifier: %s", read("fds"))
 	want := w.sb.Sh(t, "0", "readlink /proc/self/ns/ipc /proc/self/ns/uts").Stdout
 	assert.Equal(t, strings.TrimSpace(want), read("ns"), "the verifier does not share the sandbox's IPC and hostname")
+}
+
+// The verifier can send the visitor, its pid 1, the signals that would end a
+// Go program (the agent's code runs as the verifier): grading goes on, and
+// a verifier that stops itself is never reported as sandboxd's failure.
+func TestVerifierCannotEndTheVisitorWithSignals(t *testing.T) {
+	w := newWorld(t)
+	tests := w.tests(t, "#!/bin/sh\nfor s in TERM INT HUP QUIT USR1 PIPE; do kill -s $s 1; done\nsleep 0.2\necho 1 > /logs/verifier/reward.txt\n", nil)
+	v, err := grade.Run(context.Background(), w.config(t, tests))
+	require.NoError(t, err, "the verifier's signals ended grading as sandboxd's failure: %+v", v)
+	assert.Equal(t, grade.StatusGraded, v.Status, "%s %s", v.Message, v.StdoutTail)
+	assert.Equal(t, map[string]float64{"reward": 1}, v.Reward)
 }

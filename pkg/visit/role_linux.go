@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime"
 	"syscall"
 
@@ -41,6 +42,13 @@ func visitor(_ []string) int {
 	// and the fork of the verifier happen on this one thread, which never
 	// runs anything else and ends with the process.
 	runtime.LockOSThread()
+	// As pid 1 of its pid namespace the visitor gets only the signals it
+	// handles from inside, and the Go runtime handles SIGTERM, SIGINT, SIGHUP
+	// and the like by exiting: a verifier's `kill 1` would end grading as
+	// sandboxd's failure. Every signal is taken and dropped here (the enter
+	// step resets them to their defaults for the verifier); the daemon's
+	// SIGKILL, from outside the namespace, still ends the visitor.
+	signal.Notify(make(chan os.Signal, 1))
 	// Nothing of ours reaches the verifier but its output: not even this
 	// binary at descriptor 3.
 	for fd := 3; fd <= fdResult; fd++ {

@@ -411,6 +411,11 @@ func bindReadOnly(path string) error {
 	if err != nil {
 		return fmt.Errorf("make %s read-only: %w", path, err)
 	}
+	// The bind above made path a mount point: a table without it is not
+	// this namespace's, and nothing would be made read-only.
+	if len(points) == 0 || points[0] != path {
+		return fmt.Errorf("make %s read-only: it is not among this namespace's mount points", path)
+	}
 	for _, p := range points {
 		if err := remountReadOnly(p); err != nil {
 			return err
@@ -440,9 +445,11 @@ func remountReadOnly(path string) error {
 }
 
 // mountsUnder lists the mount points at or below path in this mount
-// namespace, shallowest first, from /proc/self/mountinfo.
+// namespace, shallowest first, from /proc/thread-self/mountinfo: mount
+// namespaces are per thread, and this one is the locked thread's (the
+// process's leader, which /proc/self names, need not be it).
 func mountsUnder(path string) ([]string, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
 	if err != nil {
 		return nil, err
 	}

@@ -71,8 +71,8 @@ type View struct {
 	// other's tests); the sources below are beneath it.
 	HarnessDir string
 	// Tests and Verdict are directories beneath HarnessDir bound at
-	// TestsDir and VerdictDir; "" gives no /tests and an empty, read-only
-	// /logs/verifier.
+	// TestsDir and VerdictDir; "" gives no /tests and an empty
+	// /logs/verifier of the visitor's own (mode 0555, in its tmpfs root).
 	Tests, Verdict string
 	// Hosts is a file beneath HarnessDir bound read-only over /etc/hosts
 	// (the substrate's hosts plus the task's peers); "" keeps the image's.
