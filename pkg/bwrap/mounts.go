@@ -162,11 +162,24 @@ func (p *mountPlan) hide(a *Args) error {
 		}
 		return parents[i] < parents[j]
 	})
-	for _, dir := range ancestorsToPin(parents) {
-		a.Add("--bind", dir, dir)
+	// Pins and rebuilds in one order, shallowest first: a pin below a
+	// rebuilt parent must come after that parent's tmpfs, which would
+	// cover it otherwise.
+	pins := ancestorsToPin(parents)
+	steps := make([]string, 0, len(pins)+len(parents))
+	pin := map[string]bool{}
+	for _, d := range pins {
+		pin[d] = true
+		steps = append(steps, d)
 	}
-	for _, parent := range parents {
+	steps = append(steps, parents...)
+	sort.SliceStable(steps, func(i, j int) bool { return strings.Count(steps[i], "/") < strings.Count(steps[j], "/") })
+	for _, parent := range steps {
 		if p.insideHidden(parent) {
+			continue
+		}
+		if pin[parent] {
+			a.Add("--bind", parent, parent)
 			continue
 		}
 		entries, err := os.ReadDir(p.path(parent))
@@ -210,21 +223,15 @@ func (p *mountPlan) hide(a *Args) error {
 // Each is bound onto itself, so that it is a mount point there: the agent
 // can then neither rename nor replace it (EBUSY), and the path to every
 // hidden directory means, for the daemon, what it meant at start. A
-// directory inside a rebuilt parent is a bound-back sibling already, and
-// one that is a rebuilt parent is a tmpfs.
+// directory right inside a rebuilt parent is a bound-back sibling already,
+// and one that is a rebuilt parent is a tmpfs; one deeper below a rebuilt
+// parent is pinned after that parent is rebuilt (see hide).
 func ancestorsToPin(parents []string) []string {
 	rebuilt := map[string]bool{}
 	for _, parent := range parents {
 		rebuilt[parent] = true
 	}
-	underRebuilt := func(dir string) bool {
-		for d := filepath.Dir(dir); d != "/"; d = filepath.Dir(d) {
-			if rebuilt[d] {
-				return true
-			}
-		}
-		return false
-	}
+
 	seen := map[string]bool{}
 	var out []string
 	for _, parent := range parents {
@@ -234,7 +241,7 @@ func ancestorsToPin(parents []string) []string {
 		}
 		for i := len(chain) - 1; i >= 0; i-- {
 			d := chain[i]
-			if seen[d] || rebuilt[d] || underRebuilt(d) {
+			if seen[d] || rebuilt[d] || rebuilt[filepath.Dir(d)] {
 				continue
 			}
 			seen[d] = true

@@ -340,3 +340,30 @@ func TestVerifierCannotEndTheVisitorWithSignals(t *testing.T) {
 	assert.Equal(t, grade.StatusGraded, v.Status, "%s %s", v.Message, v.StdoutTail)
 	assert.Equal(t, map[string]float64{"reward": 1}, v.Reward)
 }
+
+// A directory deeper below a rebuilt parent (here top/a/b, below top, which
+// is rebuilt to hide top/h1) is pinned too, after that parent is rebuilt:
+// otherwise the agent could rename it and make a decoy where the daemon
+// and the visitors look for the hidden top/a/b/tasks/x.
+func TestAgentCannotMoveTheWayBelowARebuiltParent(t *testing.T) {
+	sandboxtest.RequireRoot(t)
+	top, err := os.MkdirTemp("/tmp", "sandboxd-pins-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(top) })
+	require.NoError(t, os.Chmod(top, 0o755))
+	h1 := filepath.Join(top, "h1")
+	x := filepath.Join(top, "a", "b", "tasks", "x")
+	for _, d := range []string{h1, x} {
+		require.NoError(t, os.MkdirAll(d, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(d, masks.HarnessMarker), nil, 0o600))
+	}
+	sb := sandboxtest.Start(t, bwrap.Config{Hide: []string{h1, x}})
+	for _, dir := range []string{filepath.Join(top, "a", "b"), filepath.Join(top, "a", "b", "tasks")} {
+		t.Cleanup(func() { os.Rename(dir+".moved", dir) })
+		r := sb.Sh(t, "0", fmt.Sprintf("mv %[1]s %[1]s.moved", dir))
+		assert.NotEqual(t, 0, r.Code, "the agent moved %s", dir)
+		assert.Contains(t, r.Stderr, "busy", dir)
+	}
+	r := sb.Sh(t, "0", "ls -A "+x)
+	assert.NotEqual(t, 0, r.Code, "the hidden directory is visible: %s", r.Stdout)
+}
