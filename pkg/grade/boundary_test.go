@@ -367,3 +367,19 @@ func TestAgentCannotMoveTheWayBelowARebuiltParent(t *testing.T) {
 	r := sb.Sh(t, "0", "ls -A "+x)
 	assert.NotEqual(t, 0, r.Code, "the hidden directory is visible: %s", r.Stdout)
 }
+
+// A process the verifier orphans and that then exits is gone, not a zombie
+// of the visitor's that still answers kill -0: a test.sh that waits for a
+// daemon of its own to end sees it end.
+func TestVerifierOrphansAreReapedWhileItRuns(t *testing.T) {
+	w := newWorld(t)
+	tests := w.tests(t, `#!/bin/sh
+pid=$(sh -c 'sleep 0.3 >/dev/null 2>&1 & echo $!')
+i=0
+while kill -0 "$pid" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+if [ $i -lt 50 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
+`, nil)
+	v := w.grade(t, w.config(t, tests))
+	require.Equal(t, grade.StatusGraded, v.Status, "%s %s", v.Message, v.StdoutTail)
+	assert.Equal(t, map[string]float64{"reward": 1}, v.Reward, "the orphan stayed a zombie")
+}

@@ -108,7 +108,7 @@ func runVerifier(spec join.Spec) Report {
 		return Report{Start: err.Error()}
 	}
 	st.Cmd.Stdin, st.Cmd.Stdout, st.Cmd.Stderr = devnull, output, output
-	_, err = st.Start()
+	leader, err := st.Start()
 	if err != nil {
 		st.Cmd.Wait()
 		killLeftovers()
@@ -118,13 +118,30 @@ func runVerifier(spec join.Spec) Report {
 		}
 		return Report{Start: err.Error()}
 	}
-	werr := st.Cmd.Wait()
-	killLeftovers()
-	code, sig, ok := join.ExitStatus(werr)
-	if !ok {
-		return Report{Setup: fmt.Sprintf("wait for the verifier: %v", werr)}
+	// As pid 1 we reap whatever the verifier orphans while it runs, so that
+	// a process of its that has exited is gone, not a zombie that still
+	// answers kill -0, until the leader itself exits. Its stdout and stderr
+	// are files: there is nothing to copy, so nothing but the status to
+	// wait for.
+	var ws unix.WaitStatus
+	for {
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			killLeftovers()
+			return Report{Setup: fmt.Sprintf("wait for the verifier: %v", err)}
+		}
+		if pid == leader.PID {
+			break
+		}
 	}
-	return Report{Code: code, Signal: int(sig)}
+	killLeftovers()
+	if ws.Signaled() {
+		return Report{Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}
+	}
+	return Report{Code: ws.ExitStatus()}
 }
 
 // killLeftovers kills every process of the verifier's pid namespace but
