@@ -93,6 +93,9 @@ type Daemon struct {
 	// agent code ran: the phases' users and every exec -u are resolved
 	// against them, never against the files the agent can rewrite.
 	users *idmap.Users
+	// hostSockets are, on a bare host, the host's sockets as serve found
+	// them at start: masked in the sandbox and in every visitor's view.
+	hostSockets []string
 
 	started time.Time
 	stop    context.CancelFunc
@@ -225,6 +228,9 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("read the image's users: %w", err)
 	}
 	d.users = users
+	if cfg.HostMode {
+		d.hostSockets = masks.HostSockets()
+	}
 	agent, err := users.Lookup(cfg.AgentUser)
 	if err != nil {
 		return nil, fmt.Errorf("agent user: %w", err)
@@ -305,7 +311,7 @@ func start(ctx context.Context, cfg Config) (*Daemon, error) {
 		Mask:          mask,
 		Devices:       cfg.Devices,
 		Files:         agentFiles(d.net),
-		HostMode:      cfg.HostMode,
+		HostSockets:   d.hostSockets,
 		AllowDegraded: cfg.AllowDegraded,
 		Log:           cfg.Log,
 	})

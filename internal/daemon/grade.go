@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/entrypoint"
-	"github.com/sandboxd/sandboxd/internal/masks"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 	"github.com/sandboxd/sandboxd/pkg/join"
 )
@@ -89,11 +88,8 @@ func (d *Daemon) entrypointState(s string) {
 
 // visitorMasks are the paths a visitor must not see beside the harness dir:
 // what the sandbox hides (the task dir under trial), and on a bare host the
-// host's sockets, since a visitor's view is the substrate's.
+// host's sockets as serve listed them at start, since a visitor's view is
+// built from the substrate's.
 func (d *Daemon) visitorMasks() []string {
-	out := append([]string{}, d.cfg.Hide...)
-	if d.cfg.HostMode {
-		out = append(out, masks.HostSockets()...)
-	}
-	return out
+	return append(append([]string{}, d.cfg.Hide...), d.hostSockets...)
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,4 +181,41 @@ func TestVerifierResolvesPeerNames(t *testing.T) {
 	assert.Equal(t, "from the peer", string(body))
 	b, _ := os.ReadFile("/etc/hosts")
 	assert.NotContains(t, string(b), "sidecar", "the substrate's hosts file is untouched")
+}
+
+// On a bare host the host's sockets serve found at start are masked for the
+// agent and for the verifier alike, from the one list made then; a socket
+// made in /run later (a service the agent started there) is the
+// verifier's to use (docs/failures.md#host-mode-masks-the-host).
+func TestHostSocketsAreMaskedFromTheListMadeAtStart(t *testing.T) {
+	listen := func(path string) {
+		ln, err := net.Listen("unix", path)
+		require.NoError(t, err)
+		t.Cleanup(func() { ln.Close(); os.Remove(path) })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Write([]byte("answered\n"))
+				c.Close()
+			}
+		}()
+	}
+	host := fmt.Sprintf("/run/sandboxd-test-host-%d.sock", os.Getpid())
+	late := fmt.Sprintf("/run/sandboxd-test-late-%d.sock", os.Getpid())
+	listen(host)
+	ask := `python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print(s.recv(64).decode().strip())' `
+	dir := taskDir(t, "", fmt.Sprintf("{ %[1]s %[2]s; %[1]s %[3]s; } > /logs/verifier/seen 2>&1; echo 1 > /logs/verifier/reward.txt\n", ask, host, late))
+	s := serveTask(t, dir, Config{HostMode: true})
+	listen(late)
+	r := s.sh(t, ask+host+" || echo refused")
+	assert.Contains(t, r.stdout, "refused", "the agent reached a host socket: %s", r.stdout)
+	v := gradeNow(t, s)
+	require.Equal(t, grade.StatusGraded, v.Status, v.Message+v.StdoutTail)
+	seen, err := os.ReadFile("/logs/verifier/seen")
+	require.NoError(t, err)
+	assert.Equal(t, 1, strings.Count(string(seen), "answered"), "the verifier's view of the sockets: %s", seen)
+	assert.Contains(t, string(seen), "ConnectionRefusedError", "the verifier reached the host socket: %s", seen)
 }

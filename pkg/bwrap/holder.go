@@ -28,13 +28,16 @@ import (
 
 // Config declares the sandbox. Everything the agent can see follows from it.
 type Config struct {
-	Bwrap         string        // bwrap binary: a path or a name on PATH ("bwrap")
-	Workdir       string        // the sandbox's working directory; must exist
-	Hide          []string      // absolute paths that are absent inside (harness dir, task dir, /tests)
-	Mask          []string      // directories covered by an empty tmpfs (/logs/verifier)
-	Devices       []string      // device nodes bound through when present (/dev/kvm, /dev/fuse, …)
-	Files         []DataFile    // files that exist only in the sandbox's view
-	HostMode      bool          // no container around us: also mask the host's sockets (docs/failures.md#host-mode-masks-the-host)
+	Bwrap   string     // bwrap binary: a path or a name on PATH ("bwrap")
+	Workdir string     // the sandbox's working directory; must exist
+	Hide    []string   // absolute paths that are absent inside (harness dir, task dir, /tests)
+	Mask    []string   // directories covered by an empty tmpfs (/logs/verifier)
+	Devices []string   // device nodes bound through when present (/dev/kvm, /dev/fuse, …)
+	Files   []DataFile // files that exist only in the sandbox's view
+	// HostSockets are covered by /dev/null inside: on a bare host, the
+	// sockets that would hand the agent the machine (masks.HostSockets,
+	// listed once by the caller; docs/failures.md#host-mode-masks-the-host).
+	HostSockets   []string
 	AllowDegraded bool          // accept a single-id map when the kernel refuses the identity map
 	ReadyTimeout  time.Duration // bound on bwrap's setup; 0 means 15s
 	Log           *slog.Logger

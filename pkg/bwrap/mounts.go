@@ -90,10 +90,8 @@ func (p *mountPlan) emit(a *Args) error {
 			a.AddFD("--bind-data", fd, f.Path)
 		}
 	}
-	if p.cfg.HostMode {
-		for _, s := range masks.HostSockets() {
-			a.Add("--ro-bind", "/dev/null", s)
-		}
+	for _, s := range p.cfg.HostSockets {
+		a.Add("--ro-bind", "/dev/null", s)
 	}
 	return nil
 }
