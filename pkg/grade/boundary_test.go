@@ -191,22 +191,14 @@ func TestLogsMovedDuringGradingChangesNothing(t *testing.T) {
 			os.Rename("/logs.moved", "/logs")
 		}
 	})
-	agent := `while [ ! -e ` + sync + `/grading ]; do sleep 0.01; done
-{ mv /logs /logs.moved && echo renamed; mkdir -p /logs/verifier && echo made; } > ` + sync + `/agent 2>&1
-touch ` + sync + `/agent-done`
-	r := w.sb.Run(t, "0", nil, "/bin/sh", "-c", "nohup /bin/sh -c \"$1\" >/dev/null 2>&1 &", "sh", agent)
-	require.Equal(t, 0, r.Code, r.Stderr)
-	tests := w.tests(t, `#!/bin/sh
-touch `+sync+`/grading
-i=0; while [ ! -e `+sync+`/agent-done ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
-sleep 0.3
+	printed := agentDuringGrading(t, w, sync, `mv /logs /logs.moved && echo renamed; mkdir -p /logs/verifier && echo made`)
+	tests := w.tests(t, "#!/bin/sh\n"+verifierLetsAgentAct(sync)+`sleep 0.3
 echo '{"expected": "the answer"}' > /logs/verifier/details.json
 echo 1 > /logs/verifier/reward.txt
 `, nil)
 	v := w.grade(t, w.config(t, tests))
-	b, _ := os.ReadFile(filepath.Join(sync, "agent"))
-	t.Logf("agent: %s", b)
-	require.Contains(t, string(b), "renamed", "the attack did not run")
+	b := printed()
+	require.Contains(t, b, "renamed", "the attack did not run")
 	require.Equal(t, grade.StatusGraded, v.Status, "%s %s", v.Message, v.StdoutTail)
 	assert.Equal(t, map[string]float64{"reward": 1}, v.Reward)
 	for _, name := range []string{"reward.txt", "details.json"} {

@@ -50,6 +50,34 @@ func readPIDs(t *testing.T, path string) []int {
 
 // sharedDir is a directory in the shared filesystem that both the agent and
 // the verifier can write, for tests that coordinate them.
+// agentDuringGrading starts script as the sandbox's root in the background:
+// it waits for the verifier to announce grading (see verifierLetsAgentAct),
+// writes what it prints to <sync>/agent and says when it is done. It
+// returns what the agent printed, once grading is over.
+func agentDuringGrading(t *testing.T, w *world, sync, script string) (printed func() string) {
+	t.Helper()
+	agent := `while [ ! -e ` + sync + `/grading ]; do sleep 0.01; done
+{ ` + script + `
+} > ` + sync + `/agent 2>&1
+touch ` + sync + `/agent-done`
+	r := w.sb.Run(t, "0", nil, "/bin/sh", "-c", "nohup /bin/sh -c \"$1\" >/dev/null 2>&1 &", "sh", agent)
+	require.Equal(t, 0, r.Code, r.Stderr)
+	return func() string {
+		b, err := os.ReadFile(filepath.Join(sync, "agent"))
+		require.NoError(t, err, "the agent session did not run during grading")
+		t.Logf("agent: %s", b)
+		return string(b)
+	}
+}
+
+// verifierLetsAgentAct is the verifier's side of agentDuringGrading: it
+// announces grading and waits (10 s at most) until the agent is done.
+func verifierLetsAgentAct(sync string) string {
+	return `touch ` + sync + `/grading
+i=0; while [ ! -e ` + sync + `/agent-done ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+`
+}
+
 func sharedDir(t *testing.T) string {
 	dir := t.TempDir()
 	require.NoError(t, os.Chmod(dir, 0o777))
@@ -400,25 +428,16 @@ func TestAgentCannotSeeTestsOrVerdictWhileVerifierRuns(t *testing.T) {
 	testsLeftAsFound(t)
 	w := newWorld(t)
 	sync := sharedDir(t)
-	agent := `while [ ! -e ` + sync + `/grading ]; do sleep 0.05; done
-{ echo "tests: $(ls -A /tests 2>&1)"; echo "verdict: $(ls -A /logs/verifier 2>&1)"; cat /tests/test.sh 2>&1
-  echo 1 > /logs/verifier/reward.txt && echo forged; } > ` + sync + `/agent-saw 2>&1
-touch ` + sync + `/agent-done`
-	r := w.sb.Run(t, "0", nil, "/bin/sh", "-c", "nohup /bin/sh -c \"$1\" >/dev/null 2>&1 &", "sh", agent)
-	require.Equal(t, 0, r.Code, r.Stderr)
-
+	agentSaw := agentDuringGrading(t, w, sync, `echo "tests: $(ls -A /tests 2>&1)"; echo "verdict: $(ls -A /logs/verifier 2>&1)"; cat /tests/test.sh 2>&1
+  echo 1 > /logs/verifier/reward.txt && echo forged`)
 	tests := w.tests(t, `#!/bin/sh
 echo secret-test-content > /dev/null
 echo 0.25 > /logs/verifier/reward.txt
-touch `+sync+`/grading
-i=0; while [ ! -e `+sync+`/agent-done ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
-`, nil)
+`+verifierLetsAgentAct(sync), nil)
 	v := w.grade(t, w.config(t, tests))
 	require.Equal(t, grade.StatusGraded, v.Status, v.Message)
 	assert.Equal(t, map[string]float64{"reward": 0.25}, v.Reward, "the agent's write reached the verdict")
-	b, err := os.ReadFile(filepath.Join(sync, "agent-saw"))
-	require.NoError(t, err, "the agent session did not run during grading")
-	saw := string(b)
+	saw := agentSaw()
 	assert.Contains(t, saw, "tests: ls: cannot access '/tests'", "/tests exists in the agent's view while the verifier runs")
 	assert.Contains(t, saw, "verdict: \n", "the agent saw the verdict")
 	assert.NotContains(t, saw, "secret-test-content")
@@ -596,30 +615,20 @@ func TestAgentTestsDirectoryIsNotTheVerifiers(t *testing.T) {
 	w := newWorld(t)
 	sync := sharedDir(t)
 	t.Cleanup(func() { os.RemoveAll("/tests") })
-	agent := `while [ ! -e ` + sync + `/grading ]; do sleep 0.05; done
-{ test -e /tests && echo exists
+	printed := agentDuringGrading(t, w, sync, `test -e /tests && echo exists
   mkdir -p /tests && echo FAKE > /tests/secret && echo planted
-  mount | grep -q ' /tests ' && echo "mount point"; } > ` + sync + `/agent 2>&1
-touch ` + sync + `/agent-done`
-	r := w.sb.Run(t, "0", nil, "/bin/sh", "-c", "nohup /bin/sh -c \"$1\" >/dev/null 2>&1 &", "sh", agent)
-	require.Equal(t, 0, r.Code, r.Stderr)
-	tests := w.tests(t, `#!/bin/sh
-touch `+sync+`/grading
-i=0; while [ ! -e `+sync+`/agent-done ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
-echo "secret: $(cat /tests/secret 2>&1)"
+  mount | grep -q ' /tests ' && echo "mount point"`)
+	tests := w.tests(t, "#!/bin/sh\n"+verifierLetsAgentAct(sync)+`echo "secret: $(cat /tests/secret 2>&1)"
 [ "$(cat /tests/secret)" = REAL ] && echo 1 > /logs/verifier/reward.txt
 `, map[string]string{"secret": "REAL"})
 	v := w.grade(t, w.config(t, tests))
-	b, err := os.ReadFile(filepath.Join(sync, "agent"))
-	require.NoError(t, err)
-	agentSaw := string(b)
-	t.Logf("agent: %s", agentSaw)
+	agentSaw := printed()
 	require.Equal(t, grade.StatusGraded, v.Status, "%s\n%s", v.Message, v.StdoutTail)
 	assert.Equal(t, map[string]float64{"reward": 1}, v.Reward, "the verifier read the agent's files: %s", v.StdoutTail)
 	assert.NotContains(t, agentSaw, "exists", "grading made /tests in the shared filesystem")
 	assert.Contains(t, agentSaw, "planted")
 	assert.NotContains(t, agentSaw, "mount point")
 	require.NoError(t, os.RemoveAll("/tests"))
-	r = w.sb.Sh(t, "0", "grep ' /tests ' /proc/self/mounts")
+	r := w.sb.Sh(t, "0", "grep ' /tests ' /proc/self/mounts")
 	assert.NotEqual(t, 0, r.Code, "grading left a mount in the agent's view: %s", r.Stdout)
 }
