@@ -8,7 +8,7 @@
 // whole process dies ("failed to create new OS thread"). Threads the runtime
 // made once stay parked when idle and are reused, so making them at start,
 // while pids are free, turns that crash into sessions that fail one by one
-// with a message.
+// with a message (docs/failures.md#a-fork-bomb-does-not-end-serve).
 package spare
 
 import (

@@ -77,7 +77,8 @@ func (p *mountPlan) emit(a *Args) error {
 		if err != nil {
 			return err
 		}
-		// Readable by every user, as the files they stand in for are:
+		// Readable by every user, as the files they stand in for are
+		// (docs/failures.md#data-files-are-readable-by-every-user):
 		// bwrap makes a data file 0600 root otherwise, and a non-root
 		// agent could then resolve no name. Before 0.5 there is no
 		// --perms; Start gives the writable ones their mode instead.
@@ -220,7 +221,8 @@ func (p *mountPlan) hide(a *Args) error {
 // first, that would otherwise be plain directories of the sandbox's view.
 // Each is bound onto itself, so that it is a mount point there: the agent
 // can then neither rename nor replace it (EBUSY), and the path to every
-// hidden directory means, for the daemon, what it meant at start. A
+// hidden directory means, for the daemon, what it meant at start
+// (docs/failures.md#the-way-to-the-harness-cannot-be-renamed). A
 // directory right inside a rebuilt parent is a bound-back sibling already,
 // and one that is a rebuilt parent is a tmpfs; one deeper below a rebuilt
 // parent is pinned after that parent is rebuilt (see hide).

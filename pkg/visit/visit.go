@@ -27,7 +27,10 @@
 // daemon opened, and the directories above it are mount points in the
 // sandbox's view (bwrap's plan pins them), so the agent can rename none of
 // them. Top-level entries the agent makes during a visit do not appear in
-// the visitor's root, and writes to new top-level names go to its tmpfs.
+// the visitor's root, and writes to new top-level names go to its tmpfs
+// (docs/failures.md#grading-resolves-no-name-the-agent-can-change,
+// #the-verifier-can-neither-see-nor-stop-the-grader and
+// #the-verifiers-dev-is-its-own).
 //
 // Under Harbor the verifier shares the agent's pid namespace and sees its
 // processes; a visitor does not (a pid namespace that holds the agent's and
