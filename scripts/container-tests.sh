@@ -56,6 +56,9 @@ sandbox_stage() {
   # namespace of its own, which takes CAP_SYS_ADMIN: the host run has it,
   # a container with Docker's default capabilities does not.
   skip+='|TestPeerTargetIsNotRedirectedByRewrittenHosts'
+  # Host mode is for a bare host: this one serves with --host and puts a
+  # socket in /run, which a container's overlay root cannot take a bind on.
+  skip+='|TestHostSocketsAreMaskedFromTheListMadeAtStart'
 
   local suite image t
   for suite in ${SANDBOXD_SUITES:-bullseye bookworm}; do
