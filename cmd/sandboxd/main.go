@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/daemon"
 	"github.com/sandboxd/sandboxd/pkg/join"
 )
@@ -126,7 +127,7 @@ func usage(w io.Writer) {
 func harnessDirFlag(fs *flag.FlagSet) *string {
 	def := os.Getenv("SANDBOXD_HARNESS_DIR")
 	if def == "" {
-		def = daemon.DefaultHarnessDir
+		def = config.DefaultHarnessDir
 	}
 	h := helps[fs]
 	h.env = func(name string) string {

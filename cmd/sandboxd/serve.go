@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/daemon"
 	"github.com/sandboxd/sandboxd/internal/spare"
 	"github.com/sandboxd/sandboxd/pkg/egress"
@@ -52,7 +53,7 @@ func runServe(ctx context.Context, args []string) int {
 		return serveEnv(name)
 	}
 	helps[fs] = h
-	harness := fs.String("harness-dir", daemon.DefaultHarnessDir, "sandboxd's own state `DIR`, hidden from the sandbox")
+	harness := fs.String("harness-dir", config.DefaultHarnessDir, "sandboxd's own state `DIR`, hidden from the sandbox")
 	workdir := fs.String("workdir", "", "the sandbox's working `DIR` (default: the task's, else the image's, else /)")
 	agentUser := fs.String("agent-user", "", "the `USER[:GROUP]` agent sessions run as (default: the task's, else the image's, else root)")
 	degraded := fs.Bool("allow-degraded", false, "serve a sandbox weaker than declared (single-id map) and report it")
@@ -97,7 +98,7 @@ func runServe(ctx context.Context, args []string) int {
 	// itself ignores it; an image ENTRYPOINT gets it as its arguments, as
 	// Docker would have given them (ENTRYPOINT + CMD).
 	rest := fs.Args()
-	cfg := daemon.Config{
+	cfg := config.Config{
 		HarnessDir:    *harness,
 		Workdir:       *workdir,
 		AgentUser:     *agentUser,
@@ -108,7 +109,7 @@ func runServe(ctx context.Context, args []string) int {
 		AgentMaxProcs: *maxProcs,
 		Log:           log,
 		Settings:      settings,
-		SSH: daemon.SSH{
+		SSH: config.SSH{
 			Listen:         *listen,
 			HostKey:        *hostKey,
 			AcceptEnv:      acceptEnv.vals,
@@ -116,7 +117,7 @@ func runServe(ctx context.Context, args []string) int {
 		},
 	}
 	var byValue string
-	if settings["authorized-keys"].Source != daemon.SourceFlag {
+	if settings["authorized-keys"].Source != config.SourceFlag {
 		byValue, _ = os.LookupEnv(envKeys)
 	}
 	keys, err := readKeys(*authKeys, byValue)
@@ -127,7 +128,7 @@ func runServe(ctx context.Context, args []string) int {
 	if cfg.SSH.HarnessKeys, err = readKeys(*harnessKeys, ""); err != nil {
 		return fail("serve: %v", err)
 	}
-	cfg, err = daemon.Configure(cfg, *taskSel, cidrs.vals, os.LookupEnv)
+	cfg, err = config.Configure(cfg, *taskSel, cidrs.vals, os.LookupEnv)
 	if err != nil {
 		log.Error("serve failed", "err", err)
 		return fail("serve: %v", err)
@@ -156,10 +157,10 @@ func runServe(ctx context.Context, args []string) int {
 // comma-separated list; a boolean's is 1, true, 0 or false. notes are
 // for the log: variables that a flag overrides, and SANDBOXD_ variables
 // that are no serve setting.
-func serveSettings(fs *flag.FlagSet, lookup func(string) (string, bool), environ []string) (daemon.Settings, []string, error) {
+func serveSettings(fs *flag.FlagSet, lookup func(string) (string, bool), environ []string) (config.Settings, []string, error) {
 	onCommandLine := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
-	settings := daemon.Settings{}
+	settings := config.Settings{}
 	known := map[string]bool{envKeys: true}
 	var notes []string
 	var err error
@@ -169,7 +170,7 @@ func serveSettings(fs *flag.FlagSet, lookup func(string) (string, bool), environ
 		if err != nil {
 			return
 		}
-		s := daemon.Setting{Source: daemon.SourceDefault, As: "--" + f.Name}
+		s := config.Setting{Source: config.SourceDefault, As: "--" + f.Name}
 		envValue, inEnv := lookup(env)
 		byValue := false
 		if f.Name == "authorized-keys" && !inEnv {
@@ -179,15 +180,15 @@ func serveSettings(fs *flag.FlagSet, lookup func(string) (string, bool), environ
 		}
 		switch {
 		case onCommandLine[f.Name]:
-			s.Source = daemon.SourceFlag
+			s.Source = config.SourceFlag
 			if inEnv {
 				notes = append(notes, fmt.Sprintf("--%s is given, so %s is not used", f.Name, env))
 			}
 		case byValue:
-			s.Source, s.As = daemon.SourceEnv, env
+			s.Source, s.As = config.SourceEnv, env
 			s.Value = fmt.Sprintf("%d keys by value", countKeys(envValue))
 		case inEnv:
-			s.Source, s.As = daemon.SourceEnv, env
+			s.Source, s.As = config.SourceEnv, env
 			if err = setFromEnv(f, env, envValue); err != nil {
 				return
 			}

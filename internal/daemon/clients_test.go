@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 )
 
@@ -29,8 +30,8 @@ func allowlisted(t *testing.T, names ...string) *served {
 	for _, n := range names {
 		res[n] = "127.0.0.1"
 	}
-	return serveForTest(t, Config{
-		Network:  Network{Agent: egress.Policy{Mode: egress.Allowlist, AllowedHosts: names, AllowCIDRs: loopbackOnly}},
+	return serveForTest(t, config.Config{
+		Network:  config.Network{Agent: egress.Policy{Mode: egress.Allowlist, AllowedHosts: names, AllowCIDRs: loopbackOnly}},
 		Resolver: res,
 	})
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/cgroup"
 	"github.com/sandboxd/sandboxd/internal/cleanup"
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/masks"
 	"github.com/sandboxd/sandboxd/internal/reaper"
@@ -28,56 +29,14 @@ import (
 	"github.com/sandboxd/sandboxd/pkg/join"
 	"github.com/sandboxd/sandboxd/pkg/ptyrelay"
 	"github.com/sandboxd/sandboxd/pkg/sshd"
-	"github.com/sandboxd/sandboxd/pkg/task"
 )
 
 // Version is sandboxd's release, set at build time.
 var Version = "dev"
 
-// DefaultHarnessDir is where sandboxd keeps its own state inside an image.
-const DefaultHarnessDir = "/media/sandboxd"
-
-// Config is everything `serve` is told.
-type Config struct {
-	HarnessDir    string
-	Workdir       string   // "" means the image's workdir, else /
-	AgentUser     string   // Docker-style user[:group]; "" is root
-	AllowDegraded bool     // accept a sandbox weaker than declared, and say so everywhere
-	AgentMaxProcs uint64   // RLIMIT_NPROC of a non-root agent user; 0: none
-	HostMode      bool     // no container around us: mask the host's sockets too
-	ReuseRootfs   bool     // serve on a root filesystem that has been an agent's (unsafe: development only)
-	Bwrap         string   // bwrap binary; "" is bwrap on PATH
-	ImageEnv      []string // the image's ENV; PATH defaults to Docker's
-	AgentEnv      []string // the task's environment.env + agent.env
-	Hide          []string // more paths absent from the sandbox (trial: the task dir)
-	Devices       []string // devices to bind through when present
-	Network       Network  // per-phase policies and peers
-	SSH           SSH      // the SSH door; its Listen "" turns it off
-	// The served task, when there is one, and what follows from it.
-	Task            *task.Task
-	Tests           string // the task's tests directory, copied afresh for each grading
-	VerifierUser    string
-	VerifierEnv     []string // image env is added beneath
-	VerifierTimeout time.Duration
-	Entrypoint      []string // the image's ENTRYPOINT, run inside the sandbox at start
-	ImageUser       string   // the image's USER, for the entrypoint
-
-	// Settings are serve's settings and their sources, for status; the
-	// ones given (a flag or a SANDBOXD_ variable) win over the task's.
-	Settings Settings
-
-	// Resolver resolves the names the proxies are asked for; nil is the
-	// system's. Tests give a fake one.
-	Resolver egress.Resolver
-	Log      *slog.Logger
-	// OnReady, when set, is called once everything serves (the control
-	// socket, the SSH door, the network): trial waits for it.
-	OnReady func()
-}
-
 // Daemon is a running `serve`.
 type Daemon struct {
-	cfg    Config
+	cfg    config.Config
 	log    *slog.Logger
 	holder *bwrap.Holder
 	limits limits
@@ -142,22 +101,22 @@ type session struct {
 
 // Status is what `sandboxd status` prints.
 type Status struct {
-	Version      string     `json:"version"`
-	Phase        string     `json:"phase"`
-	Task         string     `json:"task,omitempty"`
-	Entrypoint   string     `json:"entrypoint,omitempty"`
-	Health       string     `json:"health,omitempty"`
-	Network      netStatus  `json:"network"`
-	SSH          *sshStatus `json:"ssh,omitempty"`
-	HarnessDir   string     `json:"harness_dir"`
-	Workdir      string     `json:"workdir"`
-	AgentUser    userStatus `json:"agent_user"`
-	Sandbox      sandboxSt  `json:"sandbox"`
-	Degradations []string   `json:"degradations"`
-	Sessions     []session  `json:"sessions"`
-	Limits       limits     `json:"limits"`
-	Uptime       float64    `json:"uptime_sec"`
-	Settings     Settings   `json:"settings,omitempty"`
+	Version      string          `json:"version"`
+	Phase        string          `json:"phase"`
+	Task         string          `json:"task,omitempty"`
+	Entrypoint   string          `json:"entrypoint,omitempty"`
+	Health       string          `json:"health,omitempty"`
+	Network      netStatus       `json:"network"`
+	SSH          *sshStatus      `json:"ssh,omitempty"`
+	HarnessDir   string          `json:"harness_dir"`
+	Workdir      string          `json:"workdir"`
+	AgentUser    userStatus      `json:"agent_user"`
+	Sandbox      sandboxSt       `json:"sandbox"`
+	Degradations []string        `json:"degradations"`
+	Sessions     []session       `json:"sessions"`
+	Limits       limits          `json:"limits"`
+	Uptime       float64         `json:"uptime_sec"`
+	Settings     config.Settings `json:"settings,omitempty"`
 }
 
 type sshStatus struct {
@@ -192,7 +151,7 @@ var ErrLocked = errors.New("another sandboxd serve owns this harness dir")
 // Run builds the sandbox, serves until ctx ends or a stop request comes, and
 // tears everything down. It fails closed: if the sandbox cannot be built as
 // declared, or the holder dies, it returns an error.
-func Run(ctx context.Context, cfg Config) error {
+func Run(ctx context.Context, cfg config.Config) error {
 	d, err := start(ctx, cfg)
 	if err != nil {
 		return err
@@ -200,12 +159,12 @@ func Run(ctx context.Context, cfg Config) error {
 	return d.serve(ctx)
 }
 
-func start(ctx context.Context, cfg Config) (*Daemon, error) {
+func start(ctx context.Context, cfg config.Config) (*Daemon, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
 	if cfg.HarnessDir == "" {
-		cfg.HarnessDir = DefaultHarnessDir
+		cfg.HarnessDir = config.DefaultHarnessDir
 	}
 	if cfg.Workdir == "" {
 		cfg.Workdir = "/"

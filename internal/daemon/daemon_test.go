@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/procfs"
 	"github.com/sandboxd/sandboxd/internal/reaper"
@@ -33,7 +34,7 @@ const roleTestServe = "test-serve"
 func init() {
 	// A serve in a process of its own, for tests that kill it.
 	childproc.Add(roleTestServe, func(args []string) int {
-		err := Run(context.Background(), Config{HarnessDir: args[0], Log: slog.New(slog.DiscardHandler)})
+		err := Run(context.Background(), config.Config{HarnessDir: args[0], Log: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 125
@@ -56,7 +57,7 @@ type served struct {
 	d       *Daemon
 }
 
-func serveForTest(t *testing.T, cfg Config) *served {
+func serveForTest(t *testing.T, cfg config.Config) *served {
 	t.Helper()
 	sandboxtest.RequireRoot(t)
 	// Grading elsewhere makes /tests for a moment; a serve starting then
@@ -114,7 +115,7 @@ func (s *served) sh(t *testing.T, script string) execResult {
 }
 
 func TestExecExitCodesAndStreams(t *testing.T) {
-	s := serveForTest(t, Config{})
+	s := serveForTest(t, config.Config{})
 	for _, code := range []int{0, 1, 7} {
 		r := s.sh(t, fmt.Sprintf("echo out; echo err >&2; exit %d", code))
 		require.NoError(t, r.err)
@@ -131,7 +132,7 @@ func TestExecExitCodesAndStreams(t *testing.T) {
 // Stdin reaches the command and its EOF too
 // (docs/failures.md#stdin-eof-reaches-the-command).
 func TestExecStdinAndItsEOFReachTheCommand(t *testing.T) {
-	s := serveForTest(t, Config{})
+	s := serveForTest(t, config.Config{})
 	r := s.exec(t, control.Request{Argv: []string{"sh", "-c", "cat; echo done"}}, "line one\nline two\n")
 	require.NoError(t, r.err)
 	assert.Equal(t, "line one\nline two\ndone\n", r.stdout)
@@ -141,7 +142,7 @@ func TestExecStdinAndItsEOFReachTheCommand(t *testing.T) {
 // whole tree is killed (docs/failures.md#output-streams-and-survives-a-timeout,
 // docs/failures.md#timeout-kills-the-whole-tree).
 func TestExecTimeoutKeepsOutputAndKillsTree(t *testing.T) {
-	s := serveForTest(t, Config{})
+	s := serveForTest(t, config.Config{})
 	r := s.exec(t, control.Request{Timeout: "1s", Argv: []string{"sh", "-c",
 		"echo before; (sleep 901 & sleep 902 & wait) & sleep 903 & sleep 30; echo after"}}, "")
 	require.NoError(t, r.err)
@@ -154,7 +155,7 @@ func TestExecTimeoutKeepsOutputAndKillsTree(t *testing.T) {
 // A process the command backgrounds survives into the next exec
 // (docs/failures.md#background-processes-outlive-their-command).
 func TestBackgroundProcessSurvivesIntoNextExec(t *testing.T) {
-	s := serveForTest(t, Config{})
+	s := serveForTest(t, config.Config{})
 	r := s.sh(t, "nohup sleep 600 >/dev/null 2>&1 & echo $! > /tmp/background.pid")
 	require.Equal(t, 0, r.exit.Code, r.stderr)
 	r = s.sh(t, "kill -0 $(cat /tmp/background.pid) && echo alive")
@@ -164,7 +165,7 @@ func TestBackgroundProcessSurvivesIntoNextExec(t *testing.T) {
 // A background child that keeps stdout does not hold the exec open: the
 // session side of docs/failures.md#verifier-ends-when-its-leader-exits.
 func TestBackgroundHoldingStdoutDoesNotHang(t *testing.T) {
-	s := serveForTest(t, Config{})
+	s := serveForTest(t, config.Config{})
 	start := time.Now()
 	r := s.sh(t, "sleep 30 & echo quick")
 	require.NoError(t, r.err)
@@ -181,7 +182,7 @@ func TestNoHarnessEnvironmentInSessions(t *testing.T) {
 	t.Setenv("SANDBOXD_AUTHORIZED_KEYS", "ssh-ed25519 AAAA secret")
 	t.Setenv("LD_PRELOAD", "/nonexistent/preload.so")
 	t.Setenv("HARNESS_TOKEN", "hunter2")
-	s := serveForTest(t, Config{AgentEnv: []string{"SANDBOXD_TASK_VAR=kept", "FOO=bar"}})
+	s := serveForTest(t, config.Config{AgentEnv: []string{"SANDBOXD_TASK_VAR=kept", "FOO=bar"}})
 	r := s.sh(t, "env")
 	require.Equal(t, 0, r.exit.Code, r.stderr)
 	assert.NotContains(t, r.stdout, "secret")
@@ -204,7 +205,7 @@ func TestNoHarnessEnvironmentInSessions(t *testing.T) {
 // A non-root agent still gets the image's ENV
 // (docs/failures.md#non-root-agent-keeps-the-image-env).
 func TestNonRootAgentGetsImageEnv(t *testing.T) {
-	s := serveForTest(t, Config{AgentUser: "4321:4321", ImageEnv: []string{"PATH=/opt/tool/bin:/usr/bin:/bin", "LANG=C.UTF-8"}})
+	s := serveForTest(t, config.Config{AgentUser: "4321:4321", ImageEnv: []string{"PATH=/opt/tool/bin:/usr/bin:/bin", "LANG=C.UTF-8"}})
 	r := s.sh(t, "id -u; echo $PATH; echo $LANG; echo $HOME")
 	require.Equal(t, 0, r.exit.Code, r.stderr)
 	assert.Equal(t, "4321\n/opt/tool/bin:/usr/bin:/bin\nC.UTF-8\n/\n", r.stdout)
@@ -215,7 +216,7 @@ func TestNonRootAgentGetsImageEnv(t *testing.T) {
 // its children that nothing waits for; as a subreaper, this test gets
 // orphans as a container's PID 1 would.
 func TestReaperDoesNotStealExitStatus(t *testing.T) {
-	s := serveForTest(t, Config{})
+	s := serveForTest(t, config.Config{})
 	require.NoError(t, unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
 	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 	// Orphans re-parented to us, to keep the reaper busy.
@@ -237,7 +238,7 @@ func TestReaperDoesNotStealExitStatus(t *testing.T) {
 // Bad input gets a one-line error that says what to do, exit 125, and the
 // daemon stays healthy.
 func TestBadInputLeavesDaemonHealthy(t *testing.T) {
-	s := serveForTest(t, Config{})
+	s := serveForTest(t, config.Config{})
 	cases := []struct {
 		req  control.Request
 		want string
@@ -271,8 +272,8 @@ func TestNoDaemonSaysHowToStartOne(t *testing.T) {
 }
 
 func TestSecondServeOnSameHarnessDirRefused(t *testing.T) {
-	s := serveForTest(t, Config{})
-	_, err := start(context.Background(), Config{HarnessDir: s.harness, Log: slog.New(slog.DiscardHandler)})
+	s := serveForTest(t, config.Config{})
+	_, err := start(context.Background(), config.Config{HarnessDir: s.harness, Log: slog.New(slog.DiscardHandler)})
 	require.ErrorIs(t, err, ErrLocked)
 	assert.Contains(t, err.Error(), "sandboxd stop")
 }
@@ -280,7 +281,7 @@ func TestSecondServeOnSameHarnessDirRefused(t *testing.T) {
 // Stopping leaves no process of the sandbox behind, and the control socket
 // goes with the daemon (docs/failures.md#stop-leaves-nothing-behind).
 func TestStopLeavesNothing(t *testing.T) {
-	s := serveForTest(t, Config{})
+	s := serveForTest(t, config.Config{})
 	require.Equal(t, 0, s.sh(t, "nohup sleep 777 >/dev/null 2>&1 &").exit.Code)
 	holder := s.d.holder.PID
 	require.NoError(t, s.client.Call(context.Background(), control.Request{Op: "stop"}, nil))
@@ -320,16 +321,16 @@ func TestCrashThenCleanRestart(t *testing.T) {
 	require.Eventually(t, func() bool { return gone(st.Sandbox.PID) }, 5*time.Second, 10*time.Millisecond,
 		"the holder dies with the daemon (--die-with-parent)")
 
-	_, err = start(context.Background(), Config{HarnessDir: harness, Log: slog.New(slog.DiscardHandler)})
+	_, err = start(context.Background(), config.Config{HarnessDir: harness, Log: slog.New(slog.DiscardHandler)})
 	require.ErrorIs(t, err, ErrRootfsUsed)
-	s := serveForTest(t, Config{HarnessDir: harness, ReuseRootfs: true})
+	s := serveForTest(t, config.Config{HarnessDir: harness, ReuseRootfs: true})
 	assert.Equal(t, 0, s.sh(t, "true").exit.Code)
 }
 
 // A holder killed from outside ends serve with an error: it fails closed
 // rather than building a fresh sandbox without a word.
 func TestHolderDeathFailsClosed(t *testing.T) {
-	s := serveForTest(t, Config{})
+	s := serveForTest(t, config.Config{})
 	require.NoError(t, unix.Kill(s.d.holder.PID, unix.SIGKILL))
 	select {
 	case err := <-s.done:
@@ -342,7 +343,7 @@ func TestHolderDeathFailsClosed(t *testing.T) {
 }
 
 func TestStatusReportsSandbox(t *testing.T) {
-	s := serveForTest(t, Config{})
+	s := serveForTest(t, config.Config{})
 	var st Status
 	require.NoError(t, s.client.Call(context.Background(), control.Request{Op: "status"}, &st))
 	assert.Equal(t, s.d.holder.PID, st.Sandbox.PID)
@@ -362,7 +363,7 @@ func gone(pid int) bool {
 
 // exec -t: a real terminal from the sandbox's devpts, with the size asked for.
 func TestExecWithTerminal(t *testing.T) {
-	s := serveForTest(t, Config{})
+	s := serveForTest(t, config.Config{})
 	r := s.exec(t, control.Request{TTY: true, Term: "xterm", Cols: 100, Rows: 30, Argv: []string{"sh", "-c", "tty; stty size; echo $TERM; test -t 0 && echo stdin-is-tty"}}, "")
 	require.NoError(t, r.err)
 	require.Equal(t, 0, r.exit.Code, r.stdout)
@@ -373,7 +374,7 @@ func TestExecWithTerminal(t *testing.T) {
 // are bounded by RLIMIT_NPROC, every agent process is first for the OOM
 // killer, and status says what holds.
 func TestAgentProcessLimitAndOOMScore(t *testing.T) {
-	s := serveForTest(t, Config{AgentUser: "4321:4321", AgentMaxProcs: 40})
+	s := serveForTest(t, config.Config{AgentUser: "4321:4321", AgentMaxProcs: 40})
 	r := s.sh(t, "awk '/^Max processes/ {print $3, $4}' /proc/self/limits; cat /proc/self/oom_score_adj")
 	require.Equal(t, 0, r.exit.Code, r.stderr)
 	assert.Equal(t, "40 40\n500\n", r.stdout)
@@ -402,7 +403,7 @@ func TestAgentProcessLimitAndOOMScore(t *testing.T) {
 // docs/failures.md#stop-leaves-nothing-behind).
 func TestAgentCgroup(t *testing.T) {
 	dir := taskDir(t, "[environment]\nmemory_mb = 512\ncpus = 1.5\n", "echo 1 > /logs/verifier/reward.txt")
-	s := serveTask(t, dir, Config{AgentMaxProcs: 40})
+	s := serveTask(t, dir, config.Config{AgentMaxProcs: 40})
 	st := s.d.Status()
 	if s.d.cgroup == nil {
 		assert.Regexp(t, `^none: .+; the container engine`, st.Limits.Cgroup, "status says why there is no cgroup")
@@ -480,7 +481,7 @@ func sandboxSleeps(t *testing.T, s *served) []int {
 // A non-root agent gets POSIX shared memory as under Docker: /dev/shm is a
 // sticky 1777 tmpfs of 64 MiB (where bwrap can make one: 0.5 and later).
 func TestDevShmForNonRootAgent(t *testing.T) {
-	s := serveForTest(t, Config{AgentUser: "4321:4321"})
+	s := serveForTest(t, config.Config{AgentUser: "4321:4321"})
 	r := s.sh(t, "stat -c %a /dev/shm; echo x > /dev/shm/agent && echo wrote; df -k /dev/shm | awk 'NR==2 {print $2}'")
 	if !s.d.holder.Version.Less(bwrap.Version{Minor: 5}) {
 		require.Equal(t, 0, r.exit.Code, r.stderr)
@@ -501,7 +502,7 @@ func TestDevShmForNonRootAgent(t *testing.T) {
 // is refused with the fix, never entered
 // (docs/failures.md#working-directory-resolved-inside-the-sandbox).
 func TestWorkdirResolvedInsideTheSandbox(t *testing.T) {
-	s := serveForTest(t, Config{})
+	s := serveForTest(t, config.Config{})
 	r := s.exec(t, control.Request{Dir: s.harness + "/run", Argv: []string{"pwd"}}, "")
 	var f *control.Failure
 	require.True(t, errors.As(r.err, &f), "entered the harness dir: %q %v", r.stdout, r.err)

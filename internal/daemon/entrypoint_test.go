@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/internal/config"
 )
 
 // serveEntrypoint serves a task whose image entrypoint is argv, a TOML array.
@@ -16,7 +18,7 @@ func serveEntrypoint(t *testing.T, argv string) (*served, string) {
 	t.Helper()
 	dir := taskDir(t, "", "echo 1 > /logs/verifier/reward.txt")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "sandboxd.toml"), []byte("entrypoint = "+argv+"\n"), 0o644))
-	s := serveTask(t, dir, Config{})
+	s := serveTask(t, dir, config.Config{})
 	return s, filepath.Join(s.harness, "logs", "entrypoint.log")
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 )
@@ -21,7 +22,7 @@ import (
 // works, whatever the sandbox's /etc/passwd says now.
 func TestExecUserResolvesAgainstTheStartTimeUsers(t *testing.T) {
 	// The sandbox's /etc/passwd is its own: the substrate's is never touched.
-	s := serveForTest(t, Config{Hide: []string{"/etc/passwd"}})
+	s := serveForTest(t, config.Config{Hide: []string{"/etc/passwd"}})
 	r := s.exec(t, control.Request{Argv: []string{"/bin/sh", "-c", "echo 'inside-only:x:4242:4343::/:/bin/sh' >/etc/passwd"}, User: "0"}, "")
 	require.Equal(t, 0, r.exit.Code, r.stderr)
 	ids := []string{"/bin/sh", "-c", "echo $(id -u):$(id -g)"}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 )
@@ -30,11 +31,11 @@ func taskDir(t *testing.T, toml, script string) string {
 }
 
 // serveTask serves the task at dir in this process.
-func serveTask(t *testing.T, dir string, cfg Config, allowCIDRs ...string) *served {
+func serveTask(t *testing.T, dir string, cfg config.Config, allowCIDRs ...string) *served {
 	sandboxtest.RequireRoot(t)
 	cfg.HarnessDir = sandboxtest.HarnessDir(t)
 	cfg.Log = slog.New(slog.DiscardHandler)
-	cfg, err := Configure(cfg, dir, allowCIDRs, func(string) (string, bool) { return "", false })
+	cfg, err := config.Configure(cfg, dir, allowCIDRs, func(string) (string, bool) { return "", false })
 	require.NoError(t, err)
 	return serveForTest(t, cfg)
 }
@@ -53,7 +54,7 @@ func TestDaemonStaysRootPhasesDropOnTheirOwn(t *testing.T) {
 	require.NoError(t, os.Chmod(work, 0o777))
 	dir := taskDir(t, fmt.Sprintf("[agent]\nuser = \"4321:4321\"\n[environment]\nworkdir = %q\n", work),
 		`stat -c %u made-by-agent > /logs/verifier/owner; id -u > /logs/verifier/verifier; echo 1 > /logs/verifier/reward.txt`)
-	s := serveTask(t, dir, Config{})
+	s := serveTask(t, dir, config.Config{})
 	r := s.sh(t, "id -u; touch made-by-agent")
 	require.Equal(t, 0, r.exit.Code, r.stderr)
 	assert.Equal(t, "4321\n", r.stdout)
@@ -77,7 +78,7 @@ AGENT_ONLY = "agent"
 [verifier.env]
 VERIFIER_ONLY = "verifier"
 `, `env > /logs/verifier/env.txt; echo 1 > /logs/verifier/reward.txt`)
-	s := serveTask(t, dir, Config{})
+	s := serveTask(t, dir, config.Config{})
 	r := s.sh(t, "env")
 	assert.Contains(t, r.stdout, "SHARED=env\n")
 	assert.Contains(t, r.stdout, "AGENT_ONLY=agent\n")
@@ -103,7 +104,7 @@ network_mode = "no-network"
 network_mode = "allowlist"
 allowed_hosts = ["tools.test"]
 `, fmt.Sprintf(`out=$(curl -sS --max-time 10 http://tools.test:%d/) && [ "$out" = tool-binary ] && echo 1 > /logs/verifier/reward.txt || { echo "got: $out"; echo 0 > /logs/verifier/reward.txt; }`, port))
-	s := serveTask(t, dir, Config{Resolver: fakeResolver{"tools.test": "127.0.0.1"}}, "127.0.0.0/8")
+	s := serveTask(t, dir, config.Config{Resolver: fakeResolver{"tools.test": "127.0.0.1"}}, "127.0.0.0/8")
 	r := s.sh(t, fmt.Sprintf("curl -sS --max-time 5 http://tools.test:%d/ 2>&1; env | grep -ci proxy", port))
 	assert.NotContains(t, r.stdout, "tool-binary")
 	v := gradeNow(t, s)
@@ -115,7 +116,7 @@ allowed_hosts = ["tools.test"]
 // sandbox's loopback (docs/failures.md#verifier-sees-agent-servers).
 func TestAgentServerAnswersVerifier(t *testing.T) {
 	dir := taskDir(t, "", `exec 3<>/dev/tcp/127.0.0.1/6665 && echo ping >&3 && read -r line <&3 && [ "$line" = pong ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt`)
-	s := serveTask(t, dir, Config{})
+	s := serveTask(t, dir, config.Config{})
 	r := s.exec(t, execPython(`
 import os, socket
 if os.fork() == 0:
@@ -137,7 +138,7 @@ print("started")
 }
 
 func TestGradeWithoutTaskSaysWhatToDo(t *testing.T) {
-	s := serveForTest(t, Config{})
+	s := serveForTest(t, config.Config{})
 	_, err := s.d.Grade(context.Background(), 0)
 	require.ErrorIs(t, err, ErrNoTask)
 	assert.Contains(t, err.Error(), "--task")
@@ -159,7 +160,7 @@ start_period_sec = 0
 timeout_sec = 5
 retries = 2
 `, work, flag), "echo 1 > /logs/verifier/reward.txt")
-	s := serveTask(t, dir, Config{})
+	s := serveTask(t, dir, config.Config{})
 	require.Eventually(t, func() bool { return s.d.Status().Health == healthUnhealthy }, 20*time.Second, 50*time.Millisecond)
 	require.Equal(t, 0, s.sh(t, "touch ready").exit.Code)
 	require.Eventually(t, func() bool { return s.d.Status().Health == healthHealthy }, 20*time.Second, 50*time.Millisecond)
@@ -172,7 +173,7 @@ func TestVerifierResolvesPeerNames(t *testing.T) {
 	port := upstream(t, "from the peer")
 	dir := taskDir(t, "", `getent hosts sidecar > /logs/verifier/hosts; bash -c 'exec 3<>/dev/tcp/sidecar/8099 && printf "GET / HTTP/1.0\\r\\nHost: sidecar\\r\\n\\r\\n" >&3 && timeout 5 cat <&3' | sed '1,/^\r$/d' > /logs/verifier/body; echo 1 > /logs/verifier/reward.txt`)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "sandboxd.toml"), []byte(fmt.Sprintf("[[peers]]\nname = \"sidecar\"\nport = 8099\ntarget = \"127.0.0.1:%d\"\n", port)), 0o644))
-	s := serveTask(t, dir, Config{})
+	s := serveTask(t, dir, config.Config{})
 	v := gradeNow(t, s)
 	require.Equal(t, grade.StatusGraded, v.Status, v.Message+v.StdoutTail)
 	hosts, _ := os.ReadFile("/logs/verifier/hosts")
@@ -208,7 +209,7 @@ func TestHostSocketsAreMaskedFromTheListMadeAtStart(t *testing.T) {
 	listen(host)
 	ask := `python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print(s.recv(64).decode().strip())' `
 	dir := taskDir(t, "", fmt.Sprintf("{ %[1]s %[2]s; %[1]s %[3]s; } > /logs/verifier/seen 2>&1; echo 1 > /logs/verifier/reward.txt\n", ask, host, late))
-	s := serveTask(t, dir, Config{HostMode: true})
+	s := serveTask(t, dir, config.Config{HostMode: true})
 	listen(late)
 	r := s.sh(t, ask+host+" || echo refused")
 	assert.Contains(t, r.stdout, "refused", "the agent reached a host socket: %s", r.stdout)

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 )
 
@@ -17,7 +18,7 @@ import (
 // it, and no link the agent may retarget later is followed again
 // (docs/failures.md#hidden-paths-are-resolved-once-at-start). The tests
 // dir keeps its own last name: grading refuses a symlink there.
-func resolveHidden(cfg *Config) error {
+func resolveHidden(cfg *config.Config) error {
 	harness, err := bwrap.RealPath(cfg.HarnessDir)
 	if err != nil {
 		return fmt.Errorf("harness dir: %w", err)
@@ -30,7 +31,7 @@ func resolveHidden(cfg *Config) error {
 			return fmt.Errorf("hide: %w", err)
 		}
 		// What lies in the harness dir is hidden with it.
-		if within(real, harness) || slices.Contains(hide, real) {
+		if config.Within(real, harness) || slices.Contains(hide, real) {
 			continue
 		}
 		hide = append(hide, real)

@@ -7,13 +7,6 @@ import (
 	"github.com/sandboxd/sandboxd/pkg/egress"
 )
 
-// Network is the task's network declaration for both phases; the daemon
-// holds its wiring, an egress.Wiring.
-type Network = egress.Network
-
-// Peer is a substrate service offered inside the sandbox under a name.
-type Peer = egress.PeerSpec
-
 // peerResolveWait bounds how long serve's start waits for the peers'
 // targets to resolve: a compose service may join the network a moment after
 // this container starts.

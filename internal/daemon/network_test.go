@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 )
@@ -52,8 +53,8 @@ var loopbackOnly = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 func TestEgress_AllowlistWithRealCurl(t *testing.T) {
 	requireTool(t, "curl")
 	port := upstream(t, "hello from upstream")
-	s := serveForTest(t, Config{
-		Network: Network{
+	s := serveForTest(t, config.Config{
+		Network: config.Network{
 			Agent: egress.Policy{Mode: egress.Allowlist, AllowedHosts: []string{"allowed.test"}, AllowCIDRs: loopbackOnly},
 		},
 		Resolver: fakeResolver{"allowed.test": "127.0.0.1", "refused.test": "127.0.0.1"},
@@ -74,8 +75,8 @@ func TestEgress_AllowlistWithRealCurl(t *testing.T) {
 func TestPublicStillRefusesLoopbackUpstream(t *testing.T) {
 	requireTool(t, "curl")
 	port := upstream(t, "should not be reached")
-	s := serveForTest(t, Config{
-		Network:  Network{Agent: egress.Policy{Mode: egress.Public}},
+	s := serveForTest(t, config.Config{
+		Network:  config.Network{Agent: egress.Policy{Mode: egress.Public}},
 		Resolver: fakeResolver{"sneaky.test": "127.0.0.1"},
 	})
 	r := s.sh(t, fmt.Sprintf("curl -s -o /dev/null -w '%%{http_code}' --max-time 10 http://sneaky.test:%d/", port))
@@ -90,7 +91,7 @@ func TestPublicStillRefusesLoopbackUpstream(t *testing.T) {
 // Under no-network nothing listens on the proxy port and no proxy variable
 // is set (docs/failures.md#no-network-means-no-proxy-variables).
 func TestNoNetworkHasNoProxy(t *testing.T) {
-	s := serveForTest(t, Config{Network: Network{Agent: egress.Policy{Mode: egress.NoNetwork}}})
+	s := serveForTest(t, config.Config{Network: config.Network{Agent: egress.Policy{Mode: egress.NoNetwork}}})
 	r := s.sh(t, "env | grep -i _proxy || echo none")
 	assert.Equal(t, "none\n", r.stdout)
 	r = s.exec(t, execPython("import socket\ntry:\n  socket.create_connection(('127.0.0.1',3128),2); print('open')\nexcept OSError as e: print('closed')"), "")
@@ -104,7 +105,7 @@ func TestDirectConnectionsFail(t *testing.T) {
 	require.NoError(t, err)
 	defer ln.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
-	s := serveForTest(t, Config{Network: Network{Agent: egress.Policy{Mode: egress.Public}}})
+	s := serveForTest(t, config.Config{Network: config.Network{Agent: egress.Policy{Mode: egress.Public}}})
 	script := fmt.Sprintf(`
 import socket
 def tcp(addr, fam=socket.AF_INET):
@@ -137,8 +138,8 @@ except OSError as e: print(type(e).__name__)
 func TestAgentCannotUseOrTakeVisitorPort(t *testing.T) {
 	requireTool(t, "curl")
 	port := upstream(t, "secret")
-	s := serveForTest(t, Config{
-		Network:  Network{Agent: egress.Policy{Mode: egress.Public, AllowCIDRs: loopbackOnly}},
+	s := serveForTest(t, config.Config{
+		Network:  config.Network{Agent: egress.Policy{Mode: egress.Public, AllowCIDRs: loopbackOnly}},
 		Resolver: fakeResolver{"up.test": "127.0.0.1"},
 	})
 	r := s.sh(t, fmt.Sprintf("curl -s -o /dev/null -w '%%{http_code}' -x http://127.0.0.1:3129 --max-time 10 http://up.test:%d/", port))
@@ -178,9 +179,9 @@ func TestPeerReachedByNameWithRedisCLI(t *testing.T) {
 		return err == nil
 	}, 10*time.Second, 20*time.Millisecond)
 
-	s := serveForTest(t, Config{Network: Network{
+	s := serveForTest(t, config.Config{Network: config.Network{
 		Agent: egress.Policy{Mode: egress.Public},
-		Peers: []Peer{{Name: "cache", Port: 6379, Target: fmt.Sprintf("127.0.0.1:%d", port)}, {Name: "squatter", Port: 3128, Target: fmt.Sprintf("127.0.0.1:%d", port)}},
+		Peers: []config.Peer{{Name: "cache", Port: 6379, Target: fmt.Sprintf("127.0.0.1:%d", port)}, {Name: "squatter", Port: 3128, Target: fmt.Sprintf("127.0.0.1:%d", port)}},
 	}})
 	r := s.sh(t, "redis-cli -h cache -p 6379 ping; redis-cli -h squatter -p 3128 ping; echo $no_proxy; grep -c localhost /etc/hosts; grep -E 'cache|squatter' /etc/hosts")
 	require.Equal(t, 0, r.exit.Code, r.stderr)

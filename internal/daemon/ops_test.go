@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/control"
 )
 
@@ -18,7 +19,7 @@ import (
 // a failure says the same at both. exec is no operation of the table: a
 // harness key cannot run it.
 func TestBothDoorsServeTheOperationsTable(t *testing.T) {
-	s := serveForTest(t, Config{})
+	s := serveForTest(t, config.Config{})
 	harness := func(command string) (stdout, stderr string, code int) {
 		var out, errb bytes.Buffer
 		code = s.d.harnessCommand(context.Background(), command, &out, &errb)
@@ -35,16 +36,16 @@ func TestBothDoorsServeTheOperationsTable(t *testing.T) {
 
 	out, _, code = harness("records")
 	assert.Equal(t, 0, code)
-	assert.Equal(t, "[]\n", out, "no SSH door, no records: an empty list at both doors")
+	assert.Equal(t, "[]\n", out, "no config.SSH door, no records: an empty list at both doors")
 	var recs Records
 	require.NoError(t, s.client.Call(context.Background(), control.Request{Op: "records"}, &recs))
 	assert.NotNil(t, recs)
 
-	// SSH is off in this serve: keys fails, with the same reason at both doors.
+	// config.SSH is off in this serve: keys fails, with the same reason at both doors.
 	out, stderr, code := harness("keys")
 	assert.Equal(t, 125, code)
 	assert.Empty(t, out)
-	assert.Equal(t, "sandboxd: keys: SSH is off (serve --listen ADDR turns it on)\n", stderr)
+	assert.Equal(t, "sandboxd: keys: config.SSH is off (serve --listen ADDR turns it on)\n", stderr)
 	err := s.client.Call(context.Background(), control.Request{Op: "keys"}, &Keys{})
 	var f *control.Failure
 	require.True(t, errors.As(err, &f), "%v", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 )
@@ -67,9 +68,9 @@ func TestPeerTargetIsNotRedirectedByRewrittenHosts(t *testing.T) {
 	answer(t, fmt.Sprintf("127.0.0.2:%d", port), "substrate-secret")
 	require.NoError(t, os.WriteFile("/etc/hosts", []byte("127.0.0.1 localhost\n127.0.0.1 service.test\n"), 0o644))
 
-	s := serveForTest(t, Config{Network: Network{
+	s := serveForTest(t, config.Config{Network: config.Network{
 		Agent: egress.Policy{Mode: egress.NoNetwork},
-		Peers: []Peer{{Name: "db", Port: 5432, Target: fmt.Sprintf("service.test:%d", port)}},
+		Peers: []config.Peer{{Name: "db", Port: 5432, Target: fmt.Sprintf("service.test:%d", port)}},
 	}})
 	// What the agent's root does once it runs: the same file, rewritten.
 	require.NoError(t, os.WriteFile("/etc/hosts", []byte("127.0.0.1 localhost\n127.0.0.2 service.test\n"), 0o644))
@@ -89,11 +90,11 @@ func TestPeerTargetThatDoesNotResolveFailsStart(t *testing.T) {
 	peerResolveWait = time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	d, err := start(ctx, Config{
+	d, err := start(ctx, config.Config{
 		HarnessDir: sandboxtest.HarnessDir(t),
-		Network: Network{
+		Network: config.Network{
 			Agent: egress.Policy{Mode: egress.NoNetwork},
-			Peers: []Peer{{Name: "db", Port: 5432, Target: "nowhere.test:5432"}},
+			Peers: []config.Peer{{Name: "db", Port: 5432, Target: "nowhere.test:5432"}},
 		},
 		Resolver: fakeResolver{},
 	})

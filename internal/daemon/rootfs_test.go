@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
@@ -34,20 +35,20 @@ func stopServed(t *testing.T, s *served) {
 // --reuse-rootfs starts anyway and status says so
 // (docs/failures.md#a-used-root-filesystem-runs-nothing-as-root).
 func TestServeRefusesARootFilesystemAnAgentHasHad(t *testing.T) {
-	s := serveForTest(t, Config{})
+	s := serveForTest(t, config.Config{})
 	// Written before the first session could run.
 	_, err := os.Stat(filepath.Join(s.harness, RootfsMarker))
 	require.NoError(t, err, "the marker exists once the control socket does")
 	stopServed(t, s)
 
 	bwrap, ran := sandboxtest.RecordingBwrap(t)
-	_, err = start(context.Background(), Config{HarnessDir: s.harness, Bwrap: bwrap, Log: slog.New(slog.DiscardHandler)})
+	_, err = start(context.Background(), config.Config{HarnessDir: s.harness, Bwrap: bwrap, Log: slog.New(slog.DiscardHandler)})
 	require.ErrorIs(t, err, ErrRootfsUsed)
 	assert.Contains(t, err.Error(), "Start a fresh container from the image")
 	assert.Contains(t, err.Error(), "--reuse-rootfs")
 	assert.NoFileExists(t, ran, "the refused serve ran the image's bwrap")
 
-	again := serveForTest(t, Config{HarnessDir: s.harness, Bwrap: bwrap, ReuseRootfs: true})
+	again := serveForTest(t, config.Config{HarnessDir: s.harness, Bwrap: bwrap, ReuseRootfs: true})
 	var st Status
 	require.NoError(t, again.client.Call(context.Background(), control.Request{Op: "status"}, &st))
 	require.NotEmpty(t, st.Degradations)
@@ -73,7 +74,7 @@ func TestDoctorHoldIsRefusedBesideAServeAndAfterOne(t *testing.T) {
 	}
 	began := make(chan begun, 1)
 	go func() {
-		d, err := start(ctx, Config{HarnessDir: harness, Log: slog.New(slog.DiscardHandler)})
+		d, err := start(ctx, config.Config{HarnessDir: harness, Log: slog.New(slog.DiscardHandler)})
 		began <- begun{d, err}
 	}()
 	select {

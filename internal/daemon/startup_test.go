@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/procfs"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
@@ -26,7 +27,7 @@ func TestEgressListenerFailureEndsServeAndLeavesNothing(t *testing.T) {
 	sandboxtest.RequireRoot(t)
 	sandboxtest.SharedTests(t)
 	harness := sandboxtest.HarnessDir(t)
-	cfg := Config{HarnessDir: harness, Log: slog.New(slog.DiscardHandler)}
+	cfg := config.Config{HarnessDir: harness, Log: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	d, err := start(ctx, cfg)
@@ -61,7 +62,7 @@ func TestEgressListenerFailureEndsServeAndLeavesNothing(t *testing.T) {
 	_, err = os.Stat(control.Socket(harness))
 	assert.True(t, os.IsNotExist(err), "a control socket was left")
 	// The lock is free: the next serve on the same harness dir starts.
-	s := serveForTest(t, Config{HarnessDir: harness})
+	s := serveForTest(t, config.Config{HarnessDir: harness})
 	assert.Equal(t, 0, s.sh(t, "true").exit.Code)
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/daemon"
 	"github.com/sandboxd/sandboxd/internal/masks"
@@ -71,15 +72,15 @@ func Run(ctx context.Context, tr Config) (grade.Verdict, error) {
 	if err != nil {
 		return grade.Verdict{}, err
 	}
-	cfg := daemon.Config{
+	cfg := config.Config{
 		HarnessDir: harness,
 		Bwrap:      tr.Bwrap,
 		HostMode:   true,
 		Log:        log,
-		SSH:        daemon.SSH{Listen: "127.0.0.1:0"},
+		SSH:        config.SSH{Listen: "127.0.0.1:0"},
 	}
 	cfg.Resolver = tr.Resolver
-	cfg, err = daemon.Configure(cfg, taskDir, tr.AllowCIDRs, os.LookupEnv)
+	cfg, err = config.Configure(cfg, taskDir, tr.AllowCIDRs, os.LookupEnv)
 	if err != nil {
 		return grade.Verdict{}, err
 	}

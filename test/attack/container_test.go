@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/daemon"
 	"github.com/sandboxd/sandboxd/internal/masks"
@@ -203,8 +204,8 @@ type containerServe struct {
 type containerServeOptions struct {
 	harness    string // "" is /media/sandboxd-<agent>
 	testScript string // "" is defaultTestScript
-	// configure adjusts the configuration after daemon.Configure.
-	configure func(cfg *daemon.Config) error
+	// configure adjusts the configuration after config.Configure.
+	configure func(cfg *config.Config) error
 }
 
 // serveInContainer bakes a task into a harness dir as an adapted image
@@ -217,7 +218,7 @@ func serveInContainer(agent, user string, o containerServeOptions) (*containerSe
 		"tests/test.sh":    "#!/bin/sh\n" + cmp.Or(o.testScript, defaultTestScript),
 		"tests/secret.txt": s.secret + "\n",
 	}
-	if err := writeTree(filepath.Join(daemon.TasksDir(s.harness), s.taskName), files); err != nil {
+	if err := writeTree(filepath.Join(config.TasksDir(s.harness), s.taskName), files); err != nil {
 		return nil, err
 	}
 	os.WriteFile(filepath.Join(s.harness, masks.HarnessMarker), nil, 0o600)
@@ -225,8 +226,8 @@ func serveInContainer(agent, user string, o containerServeOptions) (*containerSe
 	os.MkdirAll(s.workdir, 0o1777)
 	os.Chmod(s.workdir, 0o1777)
 
-	cfg := daemon.Config{HarnessDir: s.harness, Workdir: s.workdir, AgentUser: user, Log: slog.New(slog.DiscardHandler)}
-	cfg, err := daemon.Configure(cfg, s.taskName, nil, func(string) (string, bool) { return "", false })
+	cfg := config.Config{HarnessDir: s.harness, Workdir: s.workdir, AgentUser: user, Log: slog.New(slog.DiscardHandler)}
+	cfg, err := config.Configure(cfg, s.taskName, nil, func(string) (string, bool) { return "", false })
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +278,7 @@ func (s *containerServe) stop() error {
 }
 
 func containerRollout(agent, user string, forbiddenHits *atomic.Int64) error {
-	s, err := serveInContainer(agent, user, containerServeOptions{configure: func(cfg *daemon.Config) error {
+	s, err := serveInContainer(agent, user, containerServeOptions{configure: func(cfg *config.Config) error {
 		// The production resolver (a snapshot of /etc/hosts taken now),
 		// minus DNS, so that nothing leaves.
 		snap, err := egress.NewSnapshotResolver("/etc/hosts", "/etc/resolv.conf")
@@ -286,7 +287,7 @@ func containerRollout(agent, user string, forbiddenHits *atomic.Int64) error {
 		}
 		cfg.Resolver = snap.WithServers()
 		policy := egress.Policy{Mode: egress.Allowlist, AllowedHosts: []string{"allowed.test"}, AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
-		cfg.Network = daemon.Network{Agent: policy, Verifier: policy}
+		cfg.Network = config.Network{Agent: policy, Verifier: policy}
 		return nil
 	}})
 	if err != nil {

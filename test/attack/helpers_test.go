@@ -43,6 +43,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/daemon"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
@@ -90,7 +91,7 @@ type rollout struct {
 
 type rolloutOptions struct {
 	user      string
-	network   *daemon.Network
+	network   *config.Network
 	resolver  egress.Resolver
 	workdirMB int
 	// testScript replaces the default verifier, which writes reward 0 and
@@ -125,7 +126,7 @@ func serveTask(t *testing.T, o rolloutOptions) *rollout {
 	envSecret := "ENV-SECRET-" + randomHex(12)
 	t.Setenv(envSecretName, envSecret)
 
-	taskDir := filepath.Join(daemon.TasksDir(r.harness), r.taskName)
+	taskDir := filepath.Join(config.TasksDir(r.harness), r.taskName)
 	script := o.testScript
 	if script == "" {
 		script = defaultTestScript
@@ -141,21 +142,21 @@ func serveTask(t *testing.T, o rolloutOptions) *rollout {
 	r.workdir = tmpfsDir(t, cmp.Or(o.workdirMB, 32))
 	require.NoError(t, os.WriteFile(filepath.Join(r.workdir, "attack.py"), []byte(attackPy), 0o755))
 
-	cfg := daemon.Config{
+	cfg := config.Config{
 		HarnessDir: r.harness,
 		Workdir:    r.workdir,
 		AgentUser:  o.user,
 		// On the host this machine is a bare host, as under `sandboxd
 		// trial`; in the container run the daemon serves as in production.
 		HostMode: !inContainerRun,
-		SSH:      daemon.SSH{Listen: "127.0.0.1:0"},
+		SSH:      config.SSH{Listen: "127.0.0.1:0"},
 		Resolver: o.resolver,
 		Log:      slog.New(slog.DiscardHandler),
 	}
 	if cfg.Resolver == nil {
 		cfg.Resolver = fakeResolver{}
 	}
-	cfg, err := daemon.Configure(cfg, r.taskName, nil, func(string) (string, bool) { return "", false })
+	cfg, err := config.Configure(cfg, r.taskName, nil, func(string) (string, bool) { return "", false })
 	require.NoError(t, err)
 	if o.network != nil {
 		cfg.Network = *o.network

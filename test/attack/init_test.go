@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/daemon"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
@@ -81,7 +82,7 @@ func init() {
 			os.Stdin.Read(b[:])
 			stop()
 		}()
-		err = daemon.Run(ctx, daemon.Config{HarnessDir: args[0], Workdir: args[1], HostMode: !inContainerRun, Log: slog.New(slog.DiscardHandler)})
+		err = daemon.Run(ctx, config.Config{HarnessDir: args[0], Workdir: args[1], HostMode: !inContainerRun, Log: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 125

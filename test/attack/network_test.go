@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sandboxd/sandboxd/internal/daemon"
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 )
 
@@ -87,7 +87,7 @@ func TestEscape_Network(t *testing.T) {
 	}
 	allowed := []netip.Prefix{netip.MustParsePrefix(testHost + "/32")}
 	policy := egress.Policy{Mode: egress.Public, AllowCIDRs: allowed}
-	forAgents(t, rolloutOptions{network: &daemon.Network{Agent: policy, Verifier: policy}, resolver: resolver}, func(t *testing.T, agent string, r *rollout) {
+	forAgents(t, rolloutOptions{network: &config.Network{Agent: policy, Verifier: policy}, resolver: resolver}, func(t *testing.T, agent string, r *rollout) {
 		resolver["rebind.test"] = rebinding(testHost, "127.0.0.1")
 		// The path works: the allowed host answers through the proxy, so a
 		// refusal below is the policy's, not a broken proxy's.
@@ -130,7 +130,7 @@ func TestEscape_Allowlist(t *testing.T) {
 	resolver := fakeResolver{"testhost.test": fixed(testHost), "other.test": fixed(testHost2), "evil.testhost.test": fixed(testHost2), "testhost.test.evil": fixed(testHost2)}
 	allowed := []netip.Prefix{netip.MustParsePrefix(testHost + "/32"), netip.MustParsePrefix(testHost2 + "/32")}
 	policy := egress.Policy{Mode: egress.Allowlist, AllowedHosts: []string{"testhost.test"}, AllowCIDRs: allowed}
-	forAgents(t, rolloutOptions{network: &daemon.Network{Agent: policy, Verifier: policy}, resolver: resolver}, func(t *testing.T, agent string, r *rollout) {
+	forAgents(t, rolloutOptions{network: &config.Network{Agent: policy, Verifier: policy}, resolver: resolver}, func(t *testing.T, agent string, r *rollout) {
 		x := r.sh(r.expand(`{PY} proxy 3128 CONNECT testhost.test:80`, nil))
 		require.Equal(t, 0, x.code, x.output())
 		r.try(t, agent, []attempt{

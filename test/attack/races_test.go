@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/daemon"
 	"github.com/sandboxd/sandboxd/internal/masks"
@@ -1005,13 +1006,13 @@ func racesInContainer(_ []string) int {
 		// whether the daemon pins the way to the harness dir.
 		top := "/srv/sandboxd-race-" + a.name
 		harness := filepath.Join(top, "deep", "h-"+a.name+"-"+randomHex(4))
-		s, err := serveInContainer(a.name, a.user, containerServeOptions{harness: harness, testScript: raceVerifier, configure: func(cfg *daemon.Config) error {
-			cfg.SSH = daemon.SSH{Listen: "127.0.0.1:0"}
+		s, err := serveInContainer(a.name, a.user, containerServeOptions{harness: harness, testScript: raceVerifier, configure: func(cfg *config.Config) error {
+			cfg.SSH = config.SSH{Listen: "127.0.0.1:0"}
 			// No proxy, hence no apt configuration bound into /etc, whose
 			// rebuilt parent would pin /etc: the renaming attacks get their
 			// chance. The peer is offered all the same.
 			off := egress.Policy{Mode: egress.NoNetwork}
-			cfg.Network = daemon.Network{Agent: off, Verifier: off, Peers: []daemon.Peer{{Name: "db", Port: 8080, Target: "peerhost.test:8080"}}}
+			cfg.Network = config.Network{Agent: off, Verifier: off, Peers: []config.Peer{{Name: "db", Port: 8080, Target: "peerhost.test:8080"}}}
 			return nil
 		}})
 		if err != nil {

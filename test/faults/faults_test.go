@@ -30,6 +30,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/daemon"
 	"github.com/sandboxd/sandboxd/internal/masks"
@@ -102,7 +103,7 @@ type taskSpec struct {
 func writeTask(t *testing.T, harness string, spec taskSpec) string {
 	t.Helper()
 	name := "fault-task-" + randomHex(4)
-	dir := filepath.Join(daemon.TasksDir(harness), name)
+	dir := filepath.Join(config.TasksDir(harness), name)
 	test := spec.testSh
 	if test == "" {
 		test = "echo 1 > /logs/verifier/reward.txt\n"

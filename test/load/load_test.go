@@ -31,6 +31,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/daemon"
 	"github.com/sandboxd/sandboxd/internal/procfs"
@@ -72,15 +73,15 @@ func (r resolver) LookupNetIP(_ context.Context, _ string, host string) ([]netip
 	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }
 
-func serve(t *testing.T, network *daemon.Network, res egress.Resolver) *served {
+func serve(t *testing.T, network *config.Network, res egress.Resolver) *served {
 	sandboxtest.SharedTests(t)
 	t.Helper()
 	sandboxtest.RequireRoot(t)
 	s := &served{harness: sandboxtest.HarnessDir(t), workdir: t.TempDir()}
 	require.NoError(t, os.Chmod(s.workdir, 0o1777))
-	cfg := daemon.Config{
+	cfg := config.Config{
 		HarnessDir: s.harness, Workdir: s.workdir, HostMode: true,
-		SSH: daemon.SSH{Listen: "127.0.0.1:0"}, Resolver: res,
+		SSH: config.SSH{Listen: "127.0.0.1:0"}, Resolver: res,
 		Log: slog.New(slog.DiscardHandler),
 	}
 	if network != nil {
@@ -329,7 +330,7 @@ func TestLoad_ProxyTunnels(t *testing.T) {
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
 	policy := egress.Policy{Mode: egress.Public, AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
-	s := serve(t, &daemon.Network{Agent: policy, Verifier: policy}, resolver{"echo.test": netip.MustParseAddr("127.0.0.1")})
+	s := serve(t, &config.Network{Agent: policy, Verifier: policy}, resolver{"echo.test": netip.MustParseAddr("127.0.0.1")})
 	script := filepath.Join(s.workdir, "tunnels.py")
 	require.NoError(t, os.WriteFile(script, []byte(tunnelsPy), 0o755))
 	base := s.measure()

@@ -1,4 +1,4 @@
-package daemon
+package config
 
 import (
 	"fmt"
@@ -135,7 +135,7 @@ func WithTask(cfg Config, t *task.Task, extraCIDRs []netip.Prefix) (Config, erro
 	}
 	// The task's own directory holds its tests and solution: when it is not
 	// the baked copy inside the harness dir, it is absent from the sandbox too.
-	if !within(t.Dir, cfg.HarnessDir) {
+	if !Within(t.Dir, cfg.HarnessDir) {
 		cfg.Hide = append(cfg.Hide, t.Dir)
 	}
 	cfg.Devices = append(cfg.Devices, "/dev/kvm", "/dev/fuse", "/dev/net/tun")
@@ -166,7 +166,8 @@ func prefixStrings(ps []netip.Prefix) []string {
 	return out
 }
 
-func within(path, dir string) bool {
+// Within reports whether path lies in dir (or is dir), by name.
+func Within(path, dir string) bool {
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }

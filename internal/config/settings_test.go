@@ -1,4 +1,4 @@
-package daemon
+package config
 
 import (
 	"fmt"
@@ -176,4 +176,14 @@ func TestWithTask_GivenSettingsWinOverSandboxdTOML(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1:2200", cfg.SSH.Listen)
 	assert.Nil(t, cfg.Settings)
+}
+
+// taskDir writes a task with the given task.toml and a test script.
+func taskDir(t *testing.T, toml, script string) string {
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "tests"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "task.toml"), []byte(toml), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "instruction.md"), []byte("do the thing\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tests", "test.sh"), []byte("#!/bin/bash\n"+script), 0o644))
+	return dir
 }

@@ -1,0 +1,71 @@
+// Package config is what `sandboxd serve` is told, and where each part of
+// it came from: its flags, their SANDBOXD_ variables, the served task's
+// task.toml and sandboxd.toml, and the defaults. The daemon runs what
+// Configure makes of them; nothing here starts anything.
+package config
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/sandboxd/sandboxd/pkg/egress"
+	"github.com/sandboxd/sandboxd/pkg/task"
+)
+
+// DefaultHarnessDir is where sandboxd keeps its own state inside an image.
+const DefaultHarnessDir = "/media/sandboxd"
+
+// Config is everything `serve` is told.
+type Config struct {
+	HarnessDir    string
+	Workdir       string   // "" means the image's workdir, else /
+	AgentUser     string   // Docker-style user[:group]; "" is root
+	AllowDegraded bool     // accept a sandbox weaker than declared, and say so everywhere
+	AgentMaxProcs uint64   // RLIMIT_NPROC of a non-root agent user; 0: none
+	HostMode      bool     // no container around us: mask the host's sockets too
+	ReuseRootfs   bool     // serve on a root filesystem that has been an agent's (unsafe: development only)
+	Bwrap         string   // bwrap binary; "" is bwrap on PATH
+	ImageEnv      []string // the image's ENV; PATH defaults to Docker's
+	AgentEnv      []string // the task's environment.env + agent.env
+	Hide          []string // more paths absent from the sandbox (trial: the task dir)
+	Devices       []string // devices to bind through when present
+	Network       Network  // per-phase policies and peers
+	SSH           SSH      // the SSH door; its Listen "" turns it off
+	// The served task, when there is one, and what follows from it.
+	Task            *task.Task
+	Tests           string // the task's tests directory, copied afresh for each grading
+	VerifierUser    string
+	VerifierEnv     []string // image env is added beneath
+	VerifierTimeout time.Duration
+	Entrypoint      []string // the image's ENTRYPOINT, run inside the sandbox at start
+	ImageUser       string   // the image's USER, for the entrypoint
+
+	// Settings are serve's settings and their sources, for status; the
+	// ones given (a flag or a SANDBOXD_ variable) win over the task's.
+	Settings Settings
+
+	// Resolver resolves the names the proxies are asked for; nil is the
+	// system's. Tests give a fake one.
+	Resolver egress.Resolver
+	Log      *slog.Logger
+	// OnReady, when set, is called once everything serves (the control
+	// socket, the SSH door, the network): trial waits for it.
+	OnReady func()
+}
+
+// SSH is how the SSH door is set up.
+type SSH struct {
+	Listen         string // host:port in the substrate's network; "" disables SSH
+	HostKey        string // a private key file; "" generates one into the harness dir
+	AuthorizedKeys []byte // agent keys, OpenSSH authorized_keys format
+	HarnessKeys    []byte // harness keys: control commands only, never a shell
+	AcceptEnv      []string
+	SessionTimeout time.Duration
+}
+
+// Network is the task's network declaration for both phases; the daemon
+// holds its wiring, an egress.Wiring.
+type Network = egress.Network
+
+// Peer is a substrate service offered inside the sandbox under a name.
+type Peer = egress.PeerSpec
