@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/daemon"
+	"github.com/sandboxd/sandboxd/internal/harness"
 	"github.com/sandboxd/sandboxd/pkg/doctor"
 )
 
@@ -19,7 +20,7 @@ const exitDoctorRefused = 3
 
 func runDoctor(ctx context.Context, args []string) int {
 	fs := flags("doctor", "[--harness-dir DIR] [--json]")
-	harness := harnessDirFlag(fs)
+	harnessDir := harnessDirFlag(fs)
 	asJSON := fs.Bool("json", false, "print one JSON document")
 	bwrapPath := fs.String("bwrap", "bwrap", "the bubblewrap binary, a `PATH` or a name on PATH")
 	agentUser := fs.String("agent-user", "", "the `USER[:GROUP]` that sessions will run as")
@@ -32,13 +33,13 @@ func runDoctor(ctx context.Context, args []string) int {
 	refused := false
 	var live json.RawMessage
 	if os.Geteuid() == 0 {
-		release, err := daemon.HoldForDoctor(*harness)
+		release, err := harness.HoldForDoctor(*harnessDir)
 		if err != nil {
 			cfg.NoExec = err.Error()
-			refused = errors.Is(err, daemon.ErrLocked) || errors.Is(err, daemon.ErrRootfsUsed)
-			if errors.Is(err, daemon.ErrLocked) {
+			refused = errors.Is(err, harness.ErrLocked) || errors.Is(err, harness.ErrRootfsUsed)
+			if errors.Is(err, harness.ErrLocked) {
 				var raw json.RawMessage
-				if (control.Client{HarnessDir: *harness}).Call(ctx, control.Request{Op: "status"}, &raw) == nil {
+				if (control.Client{HarnessDir: *harnessDir}).Call(ctx, control.Request{Op: "status"}, &raw) == nil {
 					live = raw
 				}
 			}

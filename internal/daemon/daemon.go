@@ -4,10 +4,8 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -21,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/cleanup"
 	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/internal/harness"
 	"github.com/sandboxd/sandboxd/internal/masks"
 	"github.com/sandboxd/sandboxd/internal/reaper"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
@@ -145,9 +144,6 @@ type sandboxSt struct {
 	Namespaces []string `json:"namespaces"`
 }
 
-// ErrLocked means another serve owns the harness dir.
-var ErrLocked = errors.New("another sandboxd serve owns this harness dir")
-
 // Run builds the sandbox, serves until ctx ends or a stop request comes, and
 // tears everything down. It fails closed: if the sandbox cannot be built as
 // declared, or the holder dies, it returns an error.
@@ -200,7 +196,7 @@ func start(ctx context.Context, cfg config.Config) (*Daemon, error) {
 	}
 
 	runDir := filepath.Join(cfg.HarnessDir, "run")
-	if err := prepareHarnessDir(cfg.HarnessDir); err != nil {
+	if err := harness.Prepare(cfg.HarnessDir); err != nil {
 		return nil, err
 	}
 	if hosts := d.net.Hosts(); hosts != nil {
@@ -209,7 +205,7 @@ func start(ctx context.Context, cfg config.Config) (*Daemon, error) {
 			return nil, fmt.Errorf("write the visitors' hosts file: %w", err)
 		}
 	}
-	lock, err := lockHarness(runDir)
+	lock, err := harness.Lock(runDir)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +216,7 @@ func start(ctx context.Context, cfg config.Config) (*Daemon, error) {
 	os.Remove(control.Socket(cfg.HarnessDir))
 	// Before any program of the image runs: once an agent has had this
 	// root filesystem, they may be its.
-	reused, err := checkRootfs(cfg.HarnessDir, cfg.ReuseRootfs, cfg.HostMode)
+	reused, err := harness.CheckRootfs(cfg.HarnessDir, cfg.ReuseRootfs, cfg.HostMode)
 	if err != nil {
 		return nil, err
 	}
@@ -343,7 +339,11 @@ func (d *Daemon) serve(ctx context.Context) (err error) {
 	d.reserveGradeSpace()
 	// The first program of the image's that the sandbox runs besides pid 1
 	// is the entrypoint; sessions come later.
-	if err := d.markRootfs(); err != nil {
+	use := harness.RootfsUse{Since: time.Now(), PID: os.Getpid(), Sandboxd: Version, HostMode: d.cfg.HostMode}
+	if d.cfg.Task != nil {
+		use.Task = d.cfg.Task.Name
+	}
+	if err := harness.MarkRootfs(d.cfg.HarnessDir, use); err != nil {
 		return err
 	}
 	entrypointDone, err := d.startEntrypoint(ctx)
@@ -382,7 +382,7 @@ func (d *Daemon) serve(ctx context.Context) (err error) {
 
 	// The control socket exists only while the sandbox is ready.
 	sock := control.Socket(d.cfg.HarnessDir)
-	ln, err := listenUnix(sock)
+	ln, err := harness.ListenControl(sock)
 	if err != nil {
 		return err
 	}
@@ -445,62 +445,9 @@ func (d *Daemon) killHolder() {
 	d.holderOnce.Do(d.holder.Kill)
 }
 
-func listenUnix(path string) (net.Listener, error) {
-	old := unix.Umask(0o177)
-	ln, err := net.Listen("unix", path)
-	unix.Umask(old)
-	if err != nil {
-		return nil, fmt.Errorf("listen on control socket %s: %w", path, err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	return ln, nil
-}
-
 // harnessPath is a path inside the harness dir.
 func (d *Daemon) harnessPath(elem ...string) string {
 	return filepath.Join(append([]string{d.cfg.HarnessDir}, elem...)...)
-}
-
-// prepareHarnessDir creates the harness dir's skeleton, marked so that every
-// sandbox on this machine hides it.
-func prepareHarnessDir(dir string) error {
-	if filepath.Dir(dir) == "/" {
-		return fmt.Errorf("harness dir %s is directly under /, where it cannot be hidden: use a path one level deeper, such as /media/sandboxd", dir)
-	}
-	for _, sub := range []string{"", "run"} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
-			return fmt.Errorf("create harness dir: %w", err)
-		}
-	}
-	if err := os.Chmod(filepath.Join(dir, "run"), 0o700); err != nil {
-		return err
-	}
-	marker := filepath.Join(dir, masks.HarnessMarker)
-	if err := os.WriteFile(marker, nil, 0o600); err != nil {
-		return fmt.Errorf("mark harness dir: %w", err)
-	}
-	return nil
-}
-
-// lockHarness keeps a second serve off the same harness dir. The kernel
-// drops the lock when its owner dies, so a crash leaves no stale lock; what
-// refuses the next start on a root filesystem an agent has had is
-// RootfsMarker.
-func lockHarness(runDir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(runDir, "serve.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open lock: %w", err)
-	}
-	if err := lockServe(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%w (%s): stop it with `sandboxd stop`, or give this one another --harness-dir", ErrLocked, runDir)
-	}
-	f.Truncate(0)
-	fmt.Fprintf(f, "%d\n", os.Getpid())
-	return f, nil
 }
 
 // Status reports the daemon's state.

@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/internal/harness"
 	"github.com/sandboxd/sandboxd/internal/procfs"
 	"github.com/sandboxd/sandboxd/internal/reaper"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
@@ -274,7 +275,7 @@ func TestNoDaemonSaysHowToStartOne(t *testing.T) {
 func TestSecondServeOnSameHarnessDirRefused(t *testing.T) {
 	s := serveForTest(t, config.Config{})
 	_, err := start(context.Background(), config.Config{HarnessDir: s.harness, Log: slog.New(slog.DiscardHandler)})
-	require.ErrorIs(t, err, ErrLocked)
+	require.ErrorIs(t, err, harness.ErrLocked)
 	assert.Contains(t, err.Error(), "sandboxd stop")
 }
 
@@ -301,19 +302,19 @@ func TestStopLeavesNothing(t *testing.T) {
 }
 
 // A serve killed with SIGKILL takes its sandbox with it and leaves no
-// stale lock: the next serve on the same harness dir is refused only
+// stale lock: the next serve on the same harnessDir dir is refused only
 // because an agent has had the root filesystem, and with ReuseRootfs it
 // starts cleanly (docs/failures.md#stop-leaves-nothing-behind,
 // docs/failures.md#a-used-root-filesystem-runs-nothing-as-root).
 func TestCrashThenCleanRestart(t *testing.T) {
 	sandboxtest.RequireRoot(t)
-	harness := sandboxtest.HarnessDir(t)
+	harnessDir := sandboxtest.HarnessDir(t)
 	self, err := os.Executable()
 	require.NoError(t, err)
-	cmd := exec.Command(self, harness)
+	cmd := exec.Command(self, harnessDir)
 	cmd.Env = append(os.Environ(), childproc.Env+"="+roleTestServe)
 	require.NoError(t, cmd.Start())
-	c := control.Client{HarnessDir: harness}
+	c := control.Client{HarnessDir: harnessDir}
 	var st Status
 	require.Eventually(t, func() bool { return c.Call(context.Background(), control.Request{Op: "status"}, &st) == nil }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, cmd.Process.Kill())
@@ -321,9 +322,9 @@ func TestCrashThenCleanRestart(t *testing.T) {
 	require.Eventually(t, func() bool { return gone(st.Sandbox.PID) }, 5*time.Second, 10*time.Millisecond,
 		"the holder dies with the daemon (--die-with-parent)")
 
-	_, err = start(context.Background(), config.Config{HarnessDir: harness, Log: slog.New(slog.DiscardHandler)})
-	require.ErrorIs(t, err, ErrRootfsUsed)
-	s := serveForTest(t, config.Config{HarnessDir: harness, ReuseRootfs: true})
+	_, err = start(context.Background(), config.Config{HarnessDir: harnessDir, Log: slog.New(slog.DiscardHandler)})
+	require.ErrorIs(t, err, harness.ErrRootfsUsed)
+	s := serveForTest(t, config.Config{HarnessDir: harnessDir, ReuseRootfs: true})
 	assert.Equal(t, 0, s.sh(t, "true").exit.Code)
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/entrypoint"
+	"github.com/sandboxd/sandboxd/internal/harness"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 	"github.com/sandboxd/sandboxd/pkg/join"
 )
@@ -92,4 +93,25 @@ func (d *Daemon) entrypointState(s string) {
 // built from the substrate's.
 func (d *Daemon) visitorMasks() []string {
 	return append(append([]string{}, d.cfg.Hide...), d.hostSockets...)
+}
+
+// reserveGradeSpace sets aside the room a grading needs (harness.ReserveGradeSpace).
+func (d *Daemon) reserveGradeSpace() {
+	if d.cfg.Tests == "" {
+		return
+	}
+	size, err := harness.ReserveGradeSpace(d.cfg.HarnessDir, d.cfg.Tests)
+	if err != nil {
+		d.log.Warn("grading may lack room if the agent fills the disk", "err", err)
+		return
+	}
+	d.reserved.Store(size)
+}
+
+// releaseGradeSpace frees that room, just before a grading copies the tests.
+func (d *Daemon) releaseGradeSpace() {
+	d.reserved.Store(0)
+	if err := harness.ReleaseGradeSpace(d.cfg.HarnessDir); err != nil {
+		d.log.Warn("grading", "err", err)
+	}
 }

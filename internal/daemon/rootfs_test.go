@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/internal/harness"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
@@ -37,13 +38,13 @@ func stopServed(t *testing.T, s *served) {
 func TestServeRefusesARootFilesystemAnAgentHasHad(t *testing.T) {
 	s := serveForTest(t, config.Config{})
 	// Written before the first session could run.
-	_, err := os.Stat(filepath.Join(s.harness, RootfsMarker))
+	_, err := os.Stat(filepath.Join(s.harness, harness.RootfsMarker))
 	require.NoError(t, err, "the marker exists once the control socket does")
 	stopServed(t, s)
 
 	bwrap, ran := sandboxtest.RecordingBwrap(t)
 	_, err = start(context.Background(), config.Config{HarnessDir: s.harness, Bwrap: bwrap, Log: slog.New(slog.DiscardHandler)})
-	require.ErrorIs(t, err, ErrRootfsUsed)
+	require.ErrorIs(t, err, harness.ErrRootfsUsed)
 	assert.Contains(t, err.Error(), "Start a fresh container from the image")
 	assert.Contains(t, err.Error(), "--reuse-rootfs")
 	assert.NoFileExists(t, ran, "the refused serve ran the image's bwrap")
@@ -63,9 +64,9 @@ func TestServeRefusesARootFilesystemAnAgentHasHad(t *testing.T) {
 func TestDoctorHoldIsRefusedBesideAServeAndAfterOne(t *testing.T) {
 	sandboxtest.RequireRoot(t)
 	sandboxtest.SharedTests(t)
-	harness := sandboxtest.HarnessDir(t)
-	release, err := HoldForDoctor(harness)
-	require.NoError(t, err, "a fresh harness dir")
+	harnessDir := sandboxtest.HarnessDir(t)
+	release, err := harness.HoldForDoctor(harnessDir)
+	require.NoError(t, err, "a fresh harnessDir dir")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type begun struct {
@@ -74,12 +75,12 @@ func TestDoctorHoldIsRefusedBesideAServeAndAfterOne(t *testing.T) {
 	}
 	began := make(chan begun, 1)
 	go func() {
-		d, err := start(ctx, config.Config{HarnessDir: harness, Log: slog.New(slog.DiscardHandler)})
+		d, err := start(ctx, config.Config{HarnessDir: harnessDir, Log: slog.New(slog.DiscardHandler)})
 		began <- begun{d, err}
 	}()
 	select {
 	case b := <-began:
-		t.Fatalf("serve started while a doctor held the harness dir: %v", b.err)
+		t.Fatalf("serve started while a doctor held the harnessDir dir: %v", b.err)
 	case <-time.After(500 * time.Millisecond):
 	}
 	release()
@@ -92,16 +93,16 @@ func TestDoctorHoldIsRefusedBesideAServeAndAfterOne(t *testing.T) {
 	require.NoError(t, b.err)
 	served := make(chan error, 1)
 	go func() { served <- b.d.serve(ctx) }()
-	c := control.Client{HarnessDir: harness}
+	c := control.Client{HarnessDir: harnessDir}
 	require.Eventually(t, func() bool { return c.Call(ctx, control.Request{Op: "status"}, nil) == nil }, 10*time.Second, 10*time.Millisecond)
 
-	_, err = HoldForDoctor(harness)
-	require.ErrorIs(t, err, ErrLocked)
+	_, err = harness.HoldForDoctor(harnessDir)
+	require.ErrorIs(t, err, harness.ErrLocked)
 	assert.Contains(t, err.Error(), "doctor runs no program of the image")
 
 	cancel()
 	require.NoError(t, <-served)
-	_, err = HoldForDoctor(harness)
-	require.ErrorIs(t, err, ErrRootfsUsed)
+	_, err = harness.HoldForDoctor(harnessDir)
+	require.ErrorIs(t, err, harness.ErrRootfsUsed)
 	assert.Contains(t, err.Error(), "run doctor in a fresh container from the image")
 }

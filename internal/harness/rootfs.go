@@ -1,4 +1,4 @@
-package daemon
+package harness
 
 import (
 	"encoding/json"
@@ -26,8 +26,8 @@ const RootfsMarker = "rootfs-used"
 // agent's.
 var ErrRootfsUsed = errors.New("this root filesystem has already been an agent's")
 
-// rootfsUse is what the marker records, for the refusal's message.
-type rootfsUse struct {
+// RootfsUse is what the marker records, for the refusal's message.
+type RootfsUse struct {
 	Since    time.Time `json:"since"`
 	PID      int       `json:"pid"`
 	Sandboxd string    `json:"sandboxd"`
@@ -35,10 +35,10 @@ type rootfsUse struct {
 	HostMode bool      `json:"host_mode,omitempty"`
 }
 
-// checkRootfs refuses a start on a root filesystem that has been an
+// CheckRootfs refuses a start on a root filesystem that has been an
 // agent's, before any program of it is run; with reuse it says, for
 // status, what serving anyway means.
-func checkRootfs(harness string, reuse, hostMode bool) (degradations []string, err error) {
+func CheckRootfs(harness string, reuse, hostMode bool) (degradations []string, err error) {
 	used := rootfsUsed(harness)
 	if used == "" {
 		return nil, nil
@@ -65,7 +65,7 @@ func rootfsUsed(harness string) string {
 			return ""
 		}
 	}
-	var use rootfsUse
+	var use RootfsUse
 	if err != nil || json.Unmarshal(b, &use) != nil || use.Since.IsZero() {
 		return fmt.Sprintf("%s says an agent has had it", path)
 	}
@@ -76,16 +76,12 @@ func rootfsUsed(harness string) string {
 	return fmt.Sprintf("%s, pid %d, sandboxd %s, made its sandbox ready on it at %s, as %s records", what, use.PID, use.Sandboxd, use.Since.UTC().Format(time.RFC3339), path)
 }
 
-// markRootfs writes the marker, durably, before anything of the agent's
-// runs in the sandbox. A marker already there (a serve with
-// --reuse-rootfs) keeps the first use.
-func (d *Daemon) markRootfs() error {
-	use := rootfsUse{Since: time.Now(), PID: os.Getpid(), Sandboxd: Version, HostMode: d.cfg.HostMode}
-	if d.cfg.Task != nil {
-		use.Task = d.cfg.Task.Name
-	}
+// MarkRootfs writes the marker into the harness dir, durably, before
+// anything of the agent's runs in the sandbox. A marker already there (a
+// serve with --reuse-rootfs) keeps the first use.
+func MarkRootfs(dir string, use RootfsUse) error {
 	b, _ := json.Marshal(use)
-	path := d.harnessPath(RootfsMarker)
+	path := filepath.Join(dir, RootfsMarker)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if errors.Is(err, os.ErrExist) {
 		return nil
@@ -103,9 +99,9 @@ func (d *Daemon) markRootfs() error {
 	if err != nil {
 		return fmt.Errorf("mark the root filesystem as the agent's: %w", err)
 	}
-	if dir, err := os.Open(d.harnessPath()); err == nil {
-		dir.Sync()
-		dir.Close()
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
 	}
 	return nil
 }
@@ -147,7 +143,7 @@ func HoldForDoctor(harnessDir string) (release func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("harness dir: %w", err)
 	}
-	if err := prepareHarnessDir(harness); err != nil {
+	if err := Prepare(harness); err != nil {
 		return nil, err
 	}
 	f, err := os.OpenFile(filepath.Join(harness, "run", "serve.lock"), os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW, 0o600)
