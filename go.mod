@@ -16,4 +16,13 @@ require (
 	golang.org/x/term v0.48.0
 )
 
-require golang.org/x/text v0.44.0 // indirect
+require (
+	github.com/google/go-cmp v0.6.0 // indirect
+	github.com/google/nftables v0.3.0 // indirect
+	github.com/kr/fs v0.1.0 // indirect
+	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42 // indirect
+	github.com/mdlayher/socket v0.5.0 // indirect
+	github.com/pkg/sftp v1.13.12 // indirect
+	golang.org/x/sync v0.25.0 // indirect
+	golang.org/x/text v0.44.0 // indirect
+)
