@@ -72,20 +72,9 @@ func Run(ctx context.Context, tr Config) (grade.Verdict, error) {
 	if err != nil {
 		return grade.Verdict{}, err
 	}
-	cfg := config.Config{
-		HarnessDir: harness,
-		Bwrap:      tr.Bwrap,
-		HostMode:   true,
-		Log:        log,
-		SSH:        config.SSH{Listen: "127.0.0.1:0"},
-	}
-	cfg.Resolver = tr.Resolver
-	cfg, err = config.Configure(cfg, taskDir, tr.AllowCIDRs, os.LookupEnv)
+	cfg, err := serveConfig(tr, harness, taskDir, log)
 	if err != nil {
 		return grade.Verdict{}, err
-	}
-	if cfg.Task == nil {
-		return grade.Verdict{}, fmt.Errorf("%s holds no task.toml", tr.TaskDir)
 	}
 	cfg.SSH.Listen = "127.0.0.1:0" // a task's own listen address is for containers
 	// An image has its WORKDIR; on a bare machine the trial makes it, and
@@ -233,4 +222,28 @@ func shellQuote(words []string) string {
 		q[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
 	}
 	return strings.Join(q, " ")
+}
+
+// serveConfig is the serve configuration of the trial's task, in host mode.
+func serveConfig(tr Config, harness, taskDir string, log *slog.Logger) (config.Config, error) {
+	cfg := config.Config{
+		HarnessDir: harness,
+		Bwrap:      tr.Bwrap,
+		HostMode:   true,
+		Log:        log,
+		SSH:        config.SSH{Listen: "127.0.0.1:0"},
+		Resolver:   tr.Resolver,
+	}
+	if len(tr.AllowCIDRs) > 0 {
+		// Given, the ranges replace sandboxd.toml's, as serve's flag does.
+		cfg.Settings = config.Settings{"egress-allow-cidr": {Value: tr.AllowCIDRs, Source: config.SourceFlag, As: "--egress-allow-cidr"}}
+	}
+	cfg, err := config.Configure(cfg, taskDir, tr.AllowCIDRs, os.LookupEnv)
+	if err != nil {
+		return cfg, err
+	}
+	if cfg.Task == nil {
+		return cfg, fmt.Errorf("%s holds no task.toml", tr.TaskDir)
+	}
+	return cfg, nil
 }
