@@ -30,7 +30,7 @@ type Result interface {
 type operation func(d *Daemon, req control.Request) (Result, error)
 
 // operations is every operation the daemon answers but exec, for both
-// doors: the control socket and a harness key over config.SSH. A harness key may
+// doors: the control socket and a harness key over SSH. A harness key may
 // run exactly these; exec is a stream, served on the control socket alone,
 // and never to a harness key, which gets no command of its own.
 var operations = map[string]operation{
@@ -99,7 +99,7 @@ func (d *Daemon) handle(ctx context.Context, c net.Conn) {
 	conn.WriteJSON(control.KindJSON, res)
 }
 
-// harnessCommand runs one operation for a harness key over config.SSH, given as
+// harnessCommand runs one operation for a harness key over SSH, given as
 // its command line (`sandboxd grade --timeout 10m`), and prints its result
 // as the CLI does. Nothing else: a harness key never gets a shell, in the
 // sandbox or the substrate.
@@ -228,7 +228,7 @@ func (Stopping) Print(_, stderr io.Writer) int {
 }
 
 // stopOp begins serve's end. The answer still reaches the client: serve
-// waits for its control connections, and gives config.SSH sessions a grace.
+// waits for its control connections, and gives SSH sessions a grace.
 func (d *Daemon) stopOp(control.Request) (Stopping, error) {
 	d.stop()
 	return Stopping{Status: "stopping"}, nil

@@ -36,16 +36,16 @@ func TestBothDoorsServeTheOperationsTable(t *testing.T) {
 
 	out, _, code = harness("records")
 	assert.Equal(t, 0, code)
-	assert.Equal(t, "[]\n", out, "no config.SSH door, no records: an empty list at both doors")
+	assert.Equal(t, "[]\n", out, "no SSH door, no records: an empty list at both doors")
 	var recs Records
 	require.NoError(t, s.client.Call(context.Background(), control.Request{Op: "records"}, &recs))
 	assert.NotNil(t, recs)
 
-	// config.SSH is off in this serve: keys fails, with the same reason at both doors.
+	// SSH is off in this serve: keys fails, with the same reason at both doors.
 	out, stderr, code := harness("keys")
 	assert.Equal(t, 125, code)
 	assert.Empty(t, out)
-	assert.Equal(t, "sandboxd: keys: config.SSH is off (serve --listen ADDR turns it on)\n", stderr)
+	assert.Equal(t, "sandboxd: keys: SSH is off (serve --listen ADDR turns it on)\n", stderr)
 	err := s.client.Call(context.Background(), control.Request{Op: "keys"}, &Keys{})
 	var f *control.Failure
 	require.True(t, errors.As(err, &f), "%v", err)

@@ -12,7 +12,7 @@ import (
 	"github.com/sandboxd/sandboxd/pkg/sshd"
 )
 
-// sshDoor is the running config.SSH server and what `keys` prints.
+// sshDoor is the running SSH server and what `keys` prints.
 type sshDoor struct {
 	server     *sshd.Server
 	listener   net.Listener
@@ -22,7 +22,7 @@ type sshDoor struct {
 	recordsDir string
 }
 
-// startSSH opens the config.SSH listener in the substrate's network, which the
+// startSSH opens the SSH listener in the substrate's network, which the
 // sandbox's own namespace cannot reach.
 func (d *Daemon) startSSH(ctx context.Context) (*sshDoor, error) {
 	c := d.cfg.SSH
@@ -80,7 +80,7 @@ func (d *Daemon) startSSH(ctx context.Context) (*sshDoor, error) {
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		srv.Close()
-		return nil, fmt.Errorf("listen for config.SSH on %s: %w (choose another with --listen)", c.Listen, err)
+		return nil, fmt.Errorf("listen for SSH on %s: %w (choose another with --listen)", c.Listen, err)
 	}
 	door.server, door.listener = srv, ln
 	door.hostKeyFP = srv.HostKeyFingerprint()
@@ -89,7 +89,7 @@ func (d *Daemon) startSSH(ctx context.Context) (*sshDoor, error) {
 	return door, nil
 }
 
-// sshAgent is who an config.SSH agent session runs as: the agent user, always,
+// sshAgent is who an SSH agent session runs as: the agent user, always,
 // whatever login name the client gave.
 func (d *Daemon) sshAgent() (sshd.Agent, error) {
 	if d.holderGone() {
