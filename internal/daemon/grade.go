@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/entrypoint"
 	"github.com/sandboxd/sandboxd/internal/harness"
+	"github.com/sandboxd/sandboxd/internal/sessionenv"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 	"github.com/sandboxd/sandboxd/pkg/join"
 )
@@ -30,7 +31,7 @@ func (d *Daemon) Grade(ctx context.Context, timeout time.Duration) (grade.Verdic
 	proxyEnv, done := d.net.OpenVisit(d.cfg.Network.Verifier)
 	defer done()
 	task := append(append([]string{}, proxyEnv...), d.cfg.VerifierEnv...)
-	env := sessionEnv(d.cfg.ImageEnv, task, user, nil)
+	env := sessionenv.Make(d.cfg.ImageEnv, task, user, nil)
 
 	d.setPhase("verify")
 	defer d.setPhase("agent")
@@ -71,7 +72,7 @@ func (d *Daemon) startEntrypoint(ctx context.Context) (done func(), err error) {
 		return func() {}, nil
 	}
 	user := d.imageUser
-	env := sessionEnv(d.cfg.ImageEnv, d.cfg.Task.EnvironmentEnv().Environ(), user, nil)
+	env := sessionenv.Make(d.cfg.ImageEnv, d.cfg.Task.EnvironmentEnv().Environ(), user, nil)
 	return entrypoint.Start(ctx, entrypoint.Config{
 		Target: d.target,
 		Spec:   join.Spec{User: user, Env: env, Dir: d.cfg.Workdir, Argv: d.cfg.Entrypoint},

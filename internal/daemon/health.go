@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/sessionenv"
 	"github.com/sandboxd/sandboxd/pkg/join"
 	"github.com/sandboxd/sandboxd/pkg/visit"
 )
@@ -23,7 +24,7 @@ const (
 func (d *Daemon) watchHealth(ctx context.Context) {
 	hc := d.cfg.Task.Environment.Healthcheck
 	user := d.imageUser
-	env := sessionEnv(d.cfg.ImageEnv, d.cfg.Task.EnvironmentEnv().Environ(), user, nil)
+	env := sessionenv.Make(d.cfg.ImageEnv, d.cfg.Task.EnvironmentEnv().Environ(), user, nil)
 	d.setHealth(healthStarting, "")
 	started := time.Now()
 	failures := 0
