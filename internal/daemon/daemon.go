@@ -86,6 +86,7 @@ type Daemon struct {
 	entrypoint string // the image entrypoint's state, "" when there is none
 	// healthState is starting, healthy or unhealthy; "" without a healthcheck.
 	healthState, healthOutput string
+	healthPassed              bool // it has been healthy once: Harbor's gate before the agent phase
 }
 
 type session struct {
@@ -105,6 +106,7 @@ type Status struct {
 	Task         string          `json:"task,omitempty"`
 	Entrypoint   string          `json:"entrypoint,omitempty"`
 	Health       string          `json:"health,omitempty"`
+	HealthOutput string          `json:"health_output,omitempty"` // the last check's output
 	Network      netStatus       `json:"network"`
 	SSH          *sshStatus      `json:"ssh,omitempty"`
 	HarnessDir   string          `json:"harness_dir"`
@@ -330,8 +332,10 @@ func (d *Daemon) serve(ctx context.Context) (err error) {
 		Listen:      d.target.Listen,
 		AuditDir:    d.harnessPath("audit"),
 		Resolver:    d.cfg.Resolver,
-		ResolveWait: peerResolveWait,
-		Log:         d.log,
+		ResolveWait:   peerResolveWait,
+		Catch:         d.catchRules,
+		AllowDegraded: d.cfg.AllowDegraded,
+		Log:           d.log,
 	}); err != nil {
 		return err
 	}
@@ -457,7 +461,7 @@ func (d *Daemon) Status() Status {
 	for _, s := range d.sessions {
 		sessions = append(sessions, *s)
 	}
-	phase, entrypoint, health := d.phase, d.entrypoint, d.healthState
+	phase, entrypoint, health, healthOut := d.phase, d.entrypoint, d.healthState, d.healthOutput
 	d.mu.Unlock()
 	if phase == "" {
 		phase = "agent"
@@ -469,21 +473,25 @@ func (d *Daemon) Status() Status {
 	ns := netStatus{Agent: string(d.cfg.Network.Agent.Mode), Verifier: string(d.cfg.Network.Verifier.Mode), Peers: d.net.Peers()}
 	sort.Slice(sessions, func(i, j int) bool { return sessions[i].ID < sessions[j].ID })
 	deg := append(append([]string{}, d.holder.Degradations...), d.warnings...)
+	if why := d.net.Degraded(); why != "" {
+		deg = append(deg, why)
+	}
 	var sshSt *sshStatus
 	if d.ssh != nil {
 		sshSt = &sshStatus{Listen: d.ssh.listen, HostKey: d.ssh.hostKeyFP, Sessions: d.ssh.server.Sessions()}
 	}
 	return Status{
-		SSH:        sshSt,
-		Version:    Version,
-		Phase:      phase,
-		Task:       taskName,
-		Entrypoint: entrypoint,
-		Health:     health,
-		Network:    ns,
-		HarnessDir: d.cfg.HarnessDir,
-		Workdir:    d.cfg.Workdir,
-		AgentUser:  userStatus{Name: d.agent.Name, UID: d.agent.UID, GID: d.agent.GID},
+		SSH:          sshSt,
+		Version:      Version,
+		Phase:        phase,
+		Task:         taskName,
+		Entrypoint:   entrypoint,
+		Health:       health,
+		HealthOutput: healthOut,
+		Network:      ns,
+		HarnessDir:   d.cfg.HarnessDir,
+		Workdir:      d.cfg.Workdir,
+		AgentUser:    userStatus{Name: d.agent.Name, UID: d.agent.UID, GID: d.agent.GID},
 		Sandbox: sandboxSt{
 			PID: d.holder.PID, Bwrap: d.holder.Version.String(), BwrapPath: d.holder.Bwrap,
 			IDMap: d.holder.MapMode, Namespaces: d.holder.Namespaces,

@@ -9,11 +9,12 @@ import (
 	"github.com/sandboxd/sandboxd/pkg/visit"
 )
 
-// Health states, as Docker names them.
+// Health states, as Docker names them; Status.Health is one of them, or ""
+// when the task has no healthcheck.
 const (
-	healthStarting  = "starting"
-	healthHealthy   = "healthy"
-	healthUnhealthy = "unhealthy"
+	HealthStarting  = "starting"
+	HealthHealthy   = "healthy"
+	HealthUnhealthy = "unhealthy"
 )
 
 // watchHealth runs the task's healthcheck as a visitor, with Docker's
@@ -25,7 +26,7 @@ func (d *Daemon) watchHealth(ctx context.Context) {
 	hc := d.cfg.Task.Environment.Healthcheck
 	user := d.imageUser
 	env := sessionenv.Make(d.cfg.ImageEnv, d.cfg.Task.EnvironmentEnv().Environ(), user, nil)
-	d.setHealth(healthStarting, "")
+	d.setHealth(HealthStarting, "")
 	started := time.Now()
 	failures := 0
 	for {
@@ -42,19 +43,19 @@ func (d *Daemon) watchHealth(ctx context.Context) {
 			d.log.Warn("healthcheck could not run", "err", err)
 		case res.Code == 0:
 			failures = 0
-			if d.health() != healthHealthy {
+			if d.health() != HealthHealthy {
 				d.log.Info("healthy", "command", hc.Command)
 			}
-			d.setHealth(healthHealthy, res.Output)
+			d.setHealth(HealthHealthy, res.Output)
 		case !inStart:
 			failures++
-			if failures >= int(hc.Retries) && d.health() != healthUnhealthy {
+			if failures >= int(hc.Retries) && d.health() != HealthUnhealthy {
 				d.log.Warn("unhealthy", "command", hc.Command, "failures", failures, "exit", res.Code, "timed_out", res.TimedOut, "output", res.Output)
-				d.setHealth(healthUnhealthy, res.Output)
+				d.setHealth(HealthUnhealthy, res.Output)
 			}
 		}
 		wait := hc.Interval
-		if inStart && d.health() == healthStarting {
+		if inStart && d.health() == HealthStarting {
 			wait = hc.StartInterval
 		}
 		select {
@@ -68,7 +69,21 @@ func (d *Daemon) watchHealth(ctx context.Context) {
 func (d *Daemon) setHealth(state, output string) {
 	d.mu.Lock()
 	d.healthState, d.healthOutput = state, output
+	d.healthPassed = d.healthPassed || state == HealthHealthy
 	d.mu.Unlock()
+}
+
+// HealthPassed reports whether the task's healthcheck has passed at least
+// once (or the task has none), with its state now: Harbor starts the agent
+// phase at the first pass, and readiness (`status --ready`) waits for the
+// same. A check that fails later is reported in state, not here.
+func (d *Daemon) HealthPassed() (passed bool, state string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cfg.Task == nil || d.cfg.Task.Environment.Healthcheck == nil {
+		return true, ""
+	}
+	return d.healthPassed, d.healthState
 }
 
 func (d *Daemon) health() string {

@@ -103,30 +103,72 @@ func Run(ctx context.Context, tr Config) (grade.Verdict, error) {
 	}()
 
 	client := control.Client{HarnessDir: cfg.HarnessDir}
-	if err := runAgent(ctx, client, cfg.Task, tr.Agent, tr.Stderr, log); err != nil {
+	if v, ok, err := awaitHealthy(ctx, client, cfg.Task.Environment.Healthcheck != nil); err != nil || !ok {
+		return v, err
+	}
+	agent, err := runAgent(ctx, client, cfg.Task, tr.Agent, tr.Stderr, log)
+	if err != nil {
 		return grade.Verdict{}, err
 	}
+	// As Harbor does, the run is graded whatever the agent's outcome.
 	var v grade.Verdict
 	err = client.Call(ctx, control.Request{Op: "grade"}, &v)
+	v.Agent = &agent
 	return v, err
 }
 
+// awaitHealthy holds the agent back until the task's healthcheck has
+// passed, as Harbor does before its agent phase; ok is false, with the
+// verdict that says so, when it became unhealthy first. A task without a
+// healthcheck passes at once.
+func awaitHealthy(ctx context.Context, client control.Client, declared bool) (v grade.Verdict, ok bool, err error) {
+	if !declared {
+		return grade.Verdict{}, true, nil
+	}
+	for {
+		var st daemon.Status
+		if err := client.Call(ctx, control.Request{Op: "status"}, &st); err != nil {
+			return grade.Verdict{}, false, err
+		}
+		switch st.Health { // "" until the daemon's first check has begun
+		case daemon.HealthHealthy:
+			return grade.Verdict{}, true, nil
+		case daemon.HealthUnhealthy:
+			msg := "the task's healthcheck never passed, so the agent did not run and nothing was graded"
+			if st.HealthOutput != "" {
+				msg += "; its last output: " + st.HealthOutput
+			}
+			return grade.Verdict{Status: grade.StatusUnhealthy, ExitCode: -1, Message: msg}, false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return grade.Verdict{}, false, ctx.Err()
+		case <-time.After(healthPoll):
+		}
+	}
+}
+
+// healthPoll is how often trial asks whether the healthcheck has passed:
+// far below any interval_sec a task writes.
+const healthPoll = 100 * time.Millisecond
+
 // runAgent plays the agent under agent.timeout_sec: the oracle feeds
 // solution/solve.sh to `bash -s` through a real SSH session, as the agent
-// user in the workdir; nop does nothing; anything else is a command.
-func runAgent(ctx context.Context, client control.Client, t *task.Task, agent string, out io.Writer, log *slog.Logger) error {
+// user in the workdir; nop does nothing; anything else is a command. The
+// agent's own failure is its outcome; an error means sandboxd failed.
+func runAgent(ctx context.Context, client control.Client, t *task.Task, agent string, out io.Writer, log *slog.Logger) (grade.Agent, error) {
 	var command string
 	var stdin io.Reader
 	switch agent {
 	case "", "nop":
-		return nil
+		return grade.Agent{Status: grade.AgentCompleted}, nil
 	case "oracle":
 		if t.SolutionScript == "" {
-			return fmt.Errorf("task %s has no solution/solve.sh for the oracle", t.Name)
+			return grade.Agent{}, fmt.Errorf("task %s has no solution/solve.sh for the oracle", t.Name)
 		}
 		script, err := os.ReadFile(t.SolutionScript)
 		if err != nil {
-			return fmt.Errorf("read the oracle: %w", err)
+			return grade.Agent{}, fmt.Errorf("read the oracle: %w", err)
 		}
 		command = "bash -s"
 		if env := t.SolutionEnv().Environ(); len(env) > 0 {
@@ -144,17 +186,28 @@ func runAgent(ctx context.Context, client control.Client, t *task.Task, agent st
 	defer cancel()
 	start := time.Now()
 	code, err := sshRun(actx, client, command, stdin, out)
-	if actx.Err() == context.DeadlineExceeded {
-		// Harbor kills nothing at the agent's timeout: grading follows with
-		// the agent's processes alive.
+	res := grade.Agent{ExitCode: code, DurationSec: time.Since(start).Seconds()}
+	switch {
+	case ctx.Err() != nil:
+		return grade.Agent{}, ctx.Err()
+	case actx.Err() == context.DeadlineExceeded:
+		// Harbor grades after an agent timeout, with the agent's
+		// background processes alive; the outcome says it was cut short.
+		res.Status, res.ExitCode = grade.AgentTimeout, -1
+		res.Message = fmt.Sprintf("the agent ran past agent.timeout_sec (%s); its session was ended and the run graded", timeout)
 		log.Warn("agent timed out; grading anyway", "timeout", timeout)
-		return nil
+	case err != nil:
+		res.Status, res.ExitCode = grade.AgentError, -1
+		res.Message = "the agent's session failed: " + err.Error()
+		log.Warn("agent session failed; grading anyway", "err", err)
+	case code != 0:
+		res.Status = grade.AgentError
+		res.Message = fmt.Sprintf("the agent exited with status %d", code)
+	default:
+		res.Status = grade.AgentCompleted
 	}
-	if err != nil {
-		return fmt.Errorf("agent session: %w", err)
-	}
-	log.Info("agent finished", "agent", agent, "exit", code, "duration_sec", time.Since(start).Seconds())
-	return nil
+	log.Info("agent finished", "agent", agent, "status", res.Status, "exit", res.ExitCode, "duration_sec", res.DurationSec)
+	return res, nil
 }
 
 // sshRun runs command over one SSH session to the daemon's door, as a

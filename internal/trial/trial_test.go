@@ -82,35 +82,100 @@ func TestTrial_OwnTasks(t *testing.T) {
 	sandboxtest.RequireRoot(t)
 	sandboxtest.SharedTests(t)
 	newTrial := startTaskUpstream(t)
-	entries, err := os.ReadDir(tasksDir)
-	require.NoError(t, err)
 	ran := 0
-	for _, e := range entries {
-		dir := filepath.Join(tasksDir, e.Name())
-		if _, err := os.Stat(filepath.Join(dir, "task.toml")); err != nil {
-			continue
+	eachAgent(t, tasksDir, func(t *testing.T, dir string, tk *task.Task, agent string, want expect) {
+		newTrial()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		v, err := Run(ctx, Config{TaskDir: dir, Agent: agent, Resolver: upstreamNames, Log: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		want.check(t, v)
+		ran++
+	})
+	assert.GreaterOrEqual(t, ran, 20, "every task ran its oracle and its nop")
+}
+
+// harborTasksDir holds the tasks of Harbor's trial semantics: the agent's
+// outcome, the healthcheck before the agent phase, and schema 1.4's keys.
+const harborTasksDir = tasksDir + "/trial"
+
+// TestTrial_HarborTasks runs every task of testdata/tasks/trial through Run
+// with the oracle and nop, and checks the verdict, the agent's outcome
+// ([metadata] sandboxd_expect_agent_<agent>, "completed" when absent) and
+// trial's exit code.
+func TestTrial_HarborTasks(t *testing.T) {
+	sandboxtest.RequireRoot(t)
+	sandboxtest.SharedTests(t)
+	ran := 0
+	eachAgent(t, harborTasksDir, func(t *testing.T, dir string, tk *task.Task, agent string, want expect) {
+		require.Empty(t, tk.Warnings)
+		wantAgent, _ := tk.Metadata["sandboxd_expect_agent_"+agent].(string)
+		if wantAgent == "" {
+			wantAgent = "completed"
 		}
-		tk, err := task.Load(dir)
+		agentStatus, agentCode, _ := strings.Cut(wantAgent, ":")
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		v, err := Run(ctx, Config{TaskDir: dir, Agent: agent, Log: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		want.check(t, v)
+		ran++
+		if v.Status == grade.StatusUnhealthy {
+			assert.Nil(t, v.Agent, "no agent runs before the healthcheck passes")
+			assert.Nil(t, v.Reward)
+			assert.Contains(t, v.Message, "the service is not up", "the check's own output says why")
+			assert.Equal(t, grade.ExitUnhealthy, v.Exit())
+			return
+		}
+		require.NotNil(t, v.Agent)
+		assert.Equal(t, grade.AgentStatus(agentStatus), v.Agent.Status, v.Agent.Message)
+		if agentCode != "" {
+			assert.Equal(t, agentCode, strconv.Itoa(v.Agent.ExitCode))
+		}
+		if v.Agent.Status == grade.AgentTimeout {
+			assert.Equal(t, -1, v.Agent.ExitCode)
+			assert.GreaterOrEqual(t, v.Agent.DurationSec, tk.Agent.Timeout.Seconds())
+			assert.Equal(t, grade.ExitAgentTimeout, v.Exit(), "a graded run whose agent timed out has its own exit code")
+		} else {
+			assert.Equal(t, grade.ExitGraded, v.Exit())
+		}
+	})
+	assert.GreaterOrEqual(t, ran, 8)
+}
+
+// expect is what a task's [metadata] sandboxd_expect_<agent> says a trial
+// must give: "status" or "status:reward".
+type expect struct{ status, reward string }
+
+func (e expect) check(t *testing.T, v grade.Verdict) {
+	t.Helper()
+	require.Equal(t, grade.Status(e.status), v.Status, "%s\n%s", v.Message, v.StdoutTail)
+	if e.reward != "" {
+		r, err := strconv.ParseFloat(e.reward, 64)
+		require.NoError(t, err)
+		assert.Equal(t, r, v.Reward["reward"], v.StdoutTail)
+	}
+}
+
+// eachAgent runs run for the oracle and the nop of every task in dir, each
+// as a subtest, with what the task expects of it.
+func eachAgent(t *testing.T, dir string, run func(t *testing.T, dir string, tk *task.Task, agent string, want expect)) {
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		taskDir := filepath.Join(dir, e.Name())
+		if _, err := os.Stat(filepath.Join(taskDir, "task.toml")); err != nil {
+			continue // upstream/, trial/, the README
+		}
+		tk, err := task.Load(taskDir)
 		require.NoError(t, err)
 		for _, agent := range []string{"oracle", "nop"} {
 			t.Run(e.Name()+"/"+agent, func(t *testing.T) {
 				want, ok := tk.Metadata["sandboxd_expect_"+agent].(string)
 				require.True(t, ok, "task.toml [metadata] sandboxd_expect_%s", agent)
 				status, reward, _ := strings.Cut(want, ":")
-				newTrial()
-				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-				defer cancel()
-				v, err := Run(ctx, Config{TaskDir: dir, Agent: agent, Resolver: upstreamNames, Log: slog.New(slog.DiscardHandler)})
-				require.NoError(t, err)
-				require.Equal(t, grade.Status(status), v.Status, "%s\n%s", v.Message, v.StdoutTail)
-				if reward != "" {
-					r, err := strconv.ParseFloat(reward, 64)
-					require.NoError(t, err)
-					assert.Equal(t, r, v.Reward["reward"], v.StdoutTail)
-				}
-				ran++
+				run(t, taskDir, tk, agent, expect{status, reward})
 			})
 		}
 	}
-	assert.GreaterOrEqual(t, ran, 20, "every task ran its oracle and its nop")
 }

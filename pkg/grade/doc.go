@@ -35,12 +35,14 @@
 // agent's failure (docs/failures.md#timeout-or-missing-reward-is-never-a-zero).
 // `sandboxd grade` and `sandboxd trial` print a Verdict (Verdict.Print, its
 // one encoding: {"status", "reward", "exit_code", "duration_sec",
-// "stdout_tail", "message"}) and exit with Status.ExitCode:
+// "stdout_tail", "message"}, and trial's "agent") and exit with Verdict.Exit:
 //
 //	0    graded            a finite reward was read (test.sh's own exit code is reported, not used)
 //	3    no_reward         the verifier finished but left no reward (no file, or an empty one)
 //	4    verifier_timeout  the verifier ran past its timeout; its whole tree was killed
 //	5    verifier_error    test.sh is missing or could not start, or the reward is unusable
+//	6    graded            trial only: a reward was read, but the agent ran past agent.timeout_sec
+//	7    unhealthy         trial only: the healthcheck never passed; no agent ran, nothing was graded
 //	125  error             sandboxd itself failed: no daemon answered, no task is served, or
 //	                       grading could not be carried out (Run returned an error); the
 //	                       reward is null and the message says why (Internal)

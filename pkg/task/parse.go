@@ -11,7 +11,7 @@ import (
 )
 
 // knownSchemaVersions are the task.toml schema versions this package reads in full.
-var knownSchemaVersions = []string{"1.0", "1.1", "1.2", "1.3"}
+var knownSchemaVersions = []string{"1.0", "1.1", "1.2", "1.3", "1.4"}
 
 // Parse reads task.toml's content; name is the file name used in errors and
 // warnings. Every problem is reported, in file order, as a *FieldError or an

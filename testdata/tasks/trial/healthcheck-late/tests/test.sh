@@ -1,0 +1,9 @@
+#!/bin/bash
+if [ "$(cat answer.txt 2>/dev/null)" = 42 ]; then
+  echo "PASS: answer.txt holds 42"
+  echo 1 > /logs/verifier/reward.txt
+else
+  echo "FAIL: answer.txt does not hold 42"
+  echo 0 > /logs/verifier/reward.txt
+fi
+rm -f answer.txt ready
