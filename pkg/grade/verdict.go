@@ -37,8 +37,8 @@ const (
 	// agent.timeout_sec: the reward is in the verdict, but it scores an
 	// agent that was cut short.
 	ExitAgentTimeout = 6
-	ExitUnhealthy    = 7 // trial's: the healthcheck never passed
-	ExitInternal      = 125 // sandboxd's own failure, as docker run and timeout(1) use it
+	ExitUnhealthy    = 7   // trial's: the healthcheck never passed
+	ExitInternal     = 125 // sandboxd's own failure, as docker run and timeout(1) use it
 )
 
 // ExitCode is the process exit code that reports s.
