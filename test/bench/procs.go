@@ -27,7 +27,8 @@ type bench struct {
 	results  []*result
 	egress   []*egressRow
 	scaling  []*curve
-	notes    []string // facts worth printing with the report (verifications)
+	sections []section // tables of their own, after the scaling ones
+	notes    []string  // facts worth printing with the report (verifications)
 	failures []string
 	elapsed  time.Duration
 	skipped  []string // rows left out, with the reason

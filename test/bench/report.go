@@ -114,6 +114,13 @@ func (b *bench) scalingTable() string {
 	return sb.String()
 }
 
+// section is a table of its own in the report, under a heading.
+type section struct {
+	title string
+	body  string // markdown, ending in a newline
+	top   bool   // a section of the report's own (##), not under Results
+}
+
 // textReport is what the terminal gets at the end of a run.
 func (b *bench) textReport() string {
 	var sb strings.Builder
@@ -128,6 +135,9 @@ func (b *bench) textReport() string {
 	}
 	if t := b.scalingTable(); t != "" {
 		sb.WriteString("\n" + t)
+	}
+	for _, s := range b.sections {
+		sb.WriteString("\n" + s.title + "\n\n" + s.body)
 	}
 	for _, s := range b.skipped {
 		sb.WriteString("skipped: " + s + "\n")
@@ -249,6 +259,16 @@ func (b *bench) writeReport() error {
 		sb.WriteString(t)
 		if havePlot {
 			fmt.Fprintf(&sb, "![exec latency against concurrent SSH sessions, and proxy round trip against concurrent tunnels (log-log; solid p50, dashed p99)](%s)\n", plotName)
+		}
+	}
+	for _, s := range b.sections {
+		if !s.top {
+			fmt.Fprintf(&sb, "\n### %s\n\n%s", s.title, s.body)
+		}
+	}
+	for _, s := range b.sections {
+		if s.top {
+			fmt.Fprintf(&sb, "\n## %s\n\n%s", s.title, s.body)
 		}
 	}
 
