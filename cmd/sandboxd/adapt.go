@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/sandboxd/sandboxd/internal/daemon"
+	"github.com/sandboxd/sandboxd/pkg/kube"
 	"github.com/sandboxd/sandboxd/pkg/layer"
 )
 
@@ -18,6 +19,7 @@ func runAdapt(ctx context.Context, args []string) int {
 	push := fs.Bool("push", false, "push every image made")
 	asJSON := fs.Bool("json", false, "print the manifest as one JSON document on stdout")
 	composeDir := fs.String("compose-dir", "sandboxd-compose", "the `DIR` where compose files for compose tasks go (with --out: DIR/compose)")
+	k8s := fs.String("k8s", "", "also write each task's Kubernetes Pod, Job, SandboxTemplate and SandboxWarmPool to `DIR` (docs/kubernetes.md)")
 	// Flags may follow the task directories, as the synopsis writes them.
 	var dirs []string
 	for {
@@ -50,6 +52,13 @@ func runAdapt(ctx context.Context, args []string) int {
 		Seccomp:    findSeccompProfile(self),
 		Log:        os.Stderr,
 	})
+	if *k8s != "" && len(m.Tasks) > 0 {
+		files, kerr := kube.Write(*k8s, m, kube.Options{Version: daemon.Version, Seccomp: findSeccompProfile(self)})
+		if kerr != nil && err == nil {
+			err = kerr
+		}
+		fmt.Fprintf(os.Stderr, "sandboxd: adapt: %d Kubernetes file(s) under %s\n", len(files), *k8s)
+	}
 	if *asJSON {
 		b, _ := json.MarshalIndent(m, "", "  ")
 		fmt.Println(string(b))

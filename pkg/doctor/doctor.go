@@ -72,7 +72,7 @@ var runtimeFlags = []struct {
 	{
 		name:    "namespaces (seccomp)",
 		matches: []string{"No permissions to create new namespace", "No permissions to creating new namespace", "Creating new namespace failed: Operation not permitted"},
-		fix:     "the runtime's seccomp profile forbids namespaces: Docker and podman --security-opt seccomp=images/seccomp.json (Docker's default plus namespaces, mount and pivot_root); Kubernetes securityContext.seccompProfile {type: Localhost, localhostProfile: sandboxd-seccomp.json}. If the profile is already ours, also check --security-opt systempaths=unconfined",
+		fix:     "the runtime's seccomp profile forbids namespaces: Docker and podman --security-opt seccomp=images/seccomp.json (Docker's default plus namespaces, mount and pivot_root); Kubernetes securityContext.seccompProfile {type: Localhost, localhostProfile: " + Runtime.SeccompLocalhost + "} (adapt --k8s writes it). If the profile is already ours, also check --security-opt systempaths=unconfined",
 	},
 	{
 		name:    "pivot_root (seccomp)",
@@ -82,7 +82,7 @@ var runtimeFlags = []struct {
 	{
 		name:    "mount (AppArmor)",
 		matches: []string{"Permission denied"},
-		fix:     "an AppArmor (or SELinux) profile denies mount: Docker and podman --security-opt apparmor=unconfined; Kubernetes securityContext.appArmorProfile {type: Unconfined}",
+		fix:     "an AppArmor (or SELinux) profile denies mount: Docker and podman --security-opt apparmor=unconfined; Kubernetes securityContext.appArmorProfile {type: " + Runtime.AppArmor + "}",
 	},
 	{
 		name:    "mount (seccomp)",
@@ -92,7 +92,7 @@ var runtimeFlags = []struct {
 	{
 		name:    "fresh /proc (masked paths)",
 		matches: []string{"Can't mount proc"},
-		fix:     "the runtime masks /proc, so a fresh proc mount is \"too revealing\": Docker --security-opt systempaths=unconfined; podman --security-opt unmask=ALL; Kubernetes securityContext.procMount: Unmasked (with hostUsers: false)",
+		fix:     "the runtime masks /proc, so a fresh proc mount is \"too revealing\": Docker --security-opt systempaths=unconfined; podman --security-opt unmask=ALL; Kubernetes securityContext.procMount: " + Runtime.ProcMount + " (with hostUsers: false)",
 	},
 	{
 		name:    "loopback (gVisor)",

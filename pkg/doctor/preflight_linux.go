@@ -30,7 +30,7 @@ func preflight() []Check {
 		c.Detail = "confined by the AppArmor profile " + label
 		out = append(out, c)
 	}
-	if !hasCaps(6, 7, 31) {
+	if !hasCaps(Runtime.Capabilities) {
 		c := checkFor("identity map (CAP_SETFCAP)")
 		c.Detail = "the container lacks CAP_SETUID, CAP_SETGID or CAP_SETFCAP, which writing the identity map needs"
 		out = append(out, c)
@@ -95,7 +95,7 @@ func appArmorLabel() string {
 
 // hasCaps reports whether every capability bit is in this process's
 // effective set.
-func hasCaps(bits ...uint) bool {
+func hasCaps(caps []Capability) bool {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return true
@@ -106,8 +106,8 @@ func hasCaps(bits ...uint) bool {
 			if err != nil {
 				return true
 			}
-			for _, bit := range bits {
-				if eff&(1<<bit) == 0 {
+			for _, c := range caps {
+				if eff&(1<<c.Bit) == 0 {
 					return false
 				}
 			}
