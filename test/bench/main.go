@@ -57,6 +57,7 @@ var groups = []group{
 	{"egress", benchEgress},
 	{"grade", benchGrade},
 	{"scaling", benchScaling},
+	{"neutral", benchNeutral},
 }
 
 func main() {
@@ -68,7 +69,7 @@ func main() {
 
 func run() int {
 	var o options
-	only := flag.String("only", "", "comma-separated groups to run (ready, exec, ssh, pty, memory, egress, grade, scaling); default all")
+	only := flag.String("only", "", "comma-separated groups to run (ready, exec, ssh, pty, memory, egress, grade, scaling, neutral); default all")
 	flag.BoolVar(&o.quick, "quick", false, "a reduced run (under two minutes) whose numbers are not judged")
 	flag.StringVar(&o.out, "out", "", "write the report here (markdown) and the plot next to it")
 	flag.StringVar(&o.sandboxd, "sandboxd", "bin/sandboxd", "the sandboxd binary under test (make build)")

@@ -38,6 +38,10 @@ type bench struct {
 	main_   *daemon   // started on first use
 	sshd_   *openSSH  // started on first use
 	proxies *proxySet // started on first use
+	docker  struct {  // the container of the docker rows, started on first use
+		tried     bool
+		name, why string
+	}
 
 	mu      sync.Mutex
 	started []*exec.Cmd // every long-lived process, to check nothing survives

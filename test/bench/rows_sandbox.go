@@ -384,9 +384,17 @@ func benchExecCLI(ctx context.Context, b *bench) error {
 	return nil
 }
 
-// dockerContainer starts one container of the bookworm base image and
-// returns its name, or "" and the reason docker cannot be used.
+// dockerContainer starts one container of the bookworm base image, on first
+// use, and returns its name, or "" and the reason docker cannot be used.
 func (b *bench) dockerContainer(ctx context.Context) (string, string) {
+	if !b.docker.tried {
+		b.docker.tried = true
+		b.docker.name, b.docker.why = b.startDockerContainer(ctx)
+	}
+	return b.docker.name, b.docker.why
+}
+
+func (b *bench) startDockerContainer(ctx context.Context) (string, string) {
 	if _, err := exec.LookPath("docker"); err != nil {
 		return "", "no docker CLI on this machine"
 	}

@@ -75,21 +75,36 @@ func (b *bench) execScaling(ctx context.Context) error {
 // server refused for too many on one connection (retried; the wait counts in
 // that exec's latency).
 func concurrentExecs(ctx context.Context, t *sshTarget, n, count int) (samples, int, error) {
-	conns := make([]*ssh.Client, (n+sessionsPerConn-1)/sessionsPerConn)
-	defer func() {
-		for _, c := range conns {
-			if c != nil {
-				c.Close()
-			}
-		}
-	}()
-	for i := range conns {
+	conns, err := dialSessions(t, n)
+	defer closeAll(conns)
+	if err != nil {
+		return nil, 0, err
+	}
+	return concurrentExecsOn(ctx, conns, n, count)
+}
+
+// dialSessions opens the connections n concurrent sessions are spread over;
+// on error, those already open are returned too, for closeAll.
+func dialSessions(t *sshTarget, n int) ([]*ssh.Client, error) {
+	conns := make([]*ssh.Client, 0, (n+sessionsPerConn-1)/sessionsPerConn)
+	for len(conns) < cap(conns) {
 		c, err := t.dial()
 		if err != nil {
-			return nil, 0, err
+			return conns, err
 		}
-		conns[i] = c
+		conns = append(conns, c)
 	}
+	return conns, nil
+}
+
+func closeAll(conns []*ssh.Client) {
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// concurrentExecsOn is concurrentExecs on connections already open.
+func concurrentExecsOn(ctx context.Context, conns []*ssh.Client, n, count int) (samples, int, error) {
 	var refused atomic.Int64
 	all, err := inParallel(n, func(w int) (samples, error) {
 		c := conns[w%len(conns)]
