@@ -114,6 +114,10 @@ func TestTrial_HarborTasks(t *testing.T) {
 			wantAgent = "completed"
 		}
 		agentStatus, agentCode, _ := strings.Cut(wantAgent, ":")
+		if tk.Name == "env-interpolation" && agent == "oracle" {
+			// One reference from the host, the others from their defaults.
+			t.Setenv("TASKTEST_N", "7")
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		v, err := Run(ctx, Config{TaskDir: dir, Agent: agent, Log: slog.New(slog.DiscardHandler)})
@@ -178,4 +182,23 @@ func eachAgent(t *testing.T, dir string, run func(t *testing.T, dir string, tk *
 			})
 		}
 	}
+}
+
+// A reference with neither a host value nor a default refuses the trial
+// before anything runs, naming the variable, as Harbor refuses the run.
+func TestTrial_UnsetEnvWithoutDefaultRefuses(t *testing.T) {
+	sandboxtest.RequireRoot(t)
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"task.toml":      "[environment]\nworkdir = \"/tmp/sandboxd-tasks/unset-env\"\n[verifier.env]\nTOKEN = \"Bearer ${TASKTEST_UNSET_TOKEN}\"\n",
+		"instruction.md": "nothing",
+		"tests/test.sh":  "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+	} {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755))
+	}
+	_, err := Run(context.Background(), Config{TaskDir: dir, Agent: "nop", Log: slog.New(slog.DiscardHandler)})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "verifier.env.TOKEN: TOKEN needs TASKTEST_UNSET_TOKEN from the host, and it is not set")
+	assert.NoDirExists(t, "/tmp/sandboxd-tasks/unset-env", "nothing ran")
 }

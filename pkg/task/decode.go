@@ -445,7 +445,7 @@ func (t *table) env(name string) (Env, map[string]Pos) {
 			t.d.fail(p, "environment values cannot contain a NUL byte")
 			continue
 		}
-		if _, _, hasDef, ok := template(s); ok && !hasDef {
+		if len(needsHost(s)) > 0 {
 			if pos == nil {
 				pos = map[string]Pos{}
 			}

@@ -35,9 +35,15 @@
 //	VerifierEnv = environment.env + verifier.env   (never agent.env)
 //	SolutionEnv = environment.env + solution.env
 //
-// The daemon puts the image's ENV (Sandboxd.ImageEnv) beneath these. A value
-// that is exactly "${VAR}" or "${VAR:-default}" is filled from the host by
-// ExpandEnv, as Harbor's resolve_env_vars does; anything else is literal.
+// The daemon puts the image's ENV (Sandboxd.ImageEnv) beneath these.
+// ExpandEnv fills references from the host: a value that is exactly
+// "${VAR}" or "${VAR:-default}" as Harbor's resolve_env_vars reads it (the
+// default runs to the value's last "}"), and references inside a longer
+// value, several to a value ("https://${HOST:-example.com}:${PORT}/v1",
+// where a default ends at the first "}"). A reference with neither a host
+// value nor a default is an error naming the variable, as Harbor refuses
+// the run ("not found in host environment"); text that is no reference
+// ("$X", "${:-x}", "${X:y}", "${" without "}") stays literal.
 //
 // # sandboxd.toml
 //

@@ -64,8 +64,8 @@ func merge(layers ...Env) Env {
 
 // template recognises a value that is exactly "${NAME}" or "${NAME:-default}",
 // matching Harbor's resolve_env_vars (the regex \$\{([^}:]+)(?::-(.*))?\} in
-// full-match mode). Values with a template inside other text are literal, in
-// Harbor and here.
+// full-match mode): the default of a whole-value template runs to the
+// value's last "}".
 func template(v string) (name, def string, hasDef, ok bool) {
 	if len(v) < 4 || !strings.HasPrefix(v, "${") || !strings.HasSuffix(v, "}") {
 		return "", "", false, false
@@ -87,26 +87,114 @@ func template(v string) (name, def string, hasDef, ok bool) {
 	return inner[:i], def, true, true
 }
 
-// expand resolves every template of one env table. A variable that is neither
-// set on the host nor given a default becomes "" and is reported.
+// ref is one "${NAME}" or "${NAME:-default}" inside a longer value, at
+// v[start:end].
+type ref struct {
+	start, end int
+	name, def  string
+	hasDef     bool
+}
+
+// refs finds the references of a value that is not one whole template:
+// each "${NAME}" or "${NAME:-default}" in it, left to right, where a
+// default ends at the first "}" (the same pattern as template's, searched
+// rather than full-matched). Anything else — a "$" alone, "${" with no
+// "}", "${:-x}", "${X:y}" — is literal text, as it is to Harbor.
+func refs(v string) []ref {
+	var out []ref
+	for off := 0; ; {
+		i := strings.Index(v[off:], "${")
+		if i < 0 {
+			return out
+		}
+		start := off + i
+		closing := strings.IndexByte(v[start+2:], '}')
+		if closing < 0 {
+			return out
+		}
+		end := start + 2 + closing + 1
+		inner := v[start+2 : end-1]
+		name, def, hasDef := inner, "", false
+		if c := strings.IndexByte(inner, ':'); c >= 0 {
+			name, def, hasDef = inner[:c], strings.TrimPrefix(inner[c:], ":-"), true
+			if !strings.HasPrefix(inner[c:], ":-") {
+				name = "" // ${X:y} is no reference
+			}
+		}
+		if name == "" || strings.ContainsRune(def, '\n') {
+			off = start + 2
+			continue
+		}
+		out = append(out, ref{start: start, end: end, name: name, def: def, hasDef: hasDef})
+		off = end
+	}
+}
+
+// needsHost reports the names a value takes from the host with no
+// default: the ones a missing host variable leaves unresolved.
+func needsHost(v string) []string {
+	if name, _, hasDef, ok := template(v); ok {
+		if hasDef {
+			return nil
+		}
+		return []string{name}
+	}
+	var out []string
+	for _, r := range refs(v) {
+		if !r.hasDef {
+			out = append(out, r.name)
+		}
+	}
+	return out
+}
+
+// expandValue resolves one value: a whole template as Harbor resolves it,
+// else each reference in it. It returns the names that lookup did not find
+// and that had no default; each becomes "".
+func expandValue(v string, lookup func(string) (string, bool)) (string, []string) {
+	one := func(name, def string, hasDef bool, missing *[]string) string {
+		if hv, found := lookup(name); found {
+			return hv
+		}
+		if !hasDef {
+			*missing = append(*missing, name)
+		}
+		return def
+	}
+	var missing []string
+	if name, def, hasDef, ok := template(v); ok {
+		return one(name, def, hasDef, &missing), missing
+	}
+	rs := refs(v)
+	if len(rs) == 0 {
+		return v, nil
+	}
+	var b strings.Builder
+	last := 0
+	for _, r := range rs {
+		b.WriteString(v[last:r.start])
+		b.WriteString(one(r.name, r.def, r.hasDef, &missing))
+		last = r.end
+	}
+	b.WriteString(v[last:])
+	return b.String(), missing
+}
+
+// expand resolves every reference of one env table. A variable that is
+// neither set on the host nor given a default becomes "" and is reported:
+// Harbor refuses such a run ("not found in host environment"), and so do
+// serve and trial.
 func expand(e Env, at map[string]Pos, lookup func(string) (string, bool)) (Env, []error) {
 	out := make(Env, len(e))
 	var errs []error
 	for i, v := range e {
 		out[i] = v
-		name, def, hasDef, ok := template(v.Value)
-		if !ok {
-			continue
-		}
-		if hv, found := lookup(name); found {
-			out[i].Value = hv
-			continue
-		}
-		out[i].Value = def
-		if !hasDef {
+		val, missing := expandValue(v.Value, lookup)
+		out[i].Value = val
+		for _, name := range missing {
 			errs = append(errs, &FieldError{Pos: at[v.Name], Msg: fmt.Sprintf(
-				"%s needs %s from the host, and it is not set: set %s in sandboxd's environment, or write %s = \"${%s:-default}\"",
-				v.Name, name, name, v.Name, name)})
+				"%s needs %s from the host, and it is not set: set %s in sandboxd's environment, or write ${%s:-default} in the value",
+				v.Name, name, name, name)})
 		}
 	}
 	return out, errs
@@ -116,7 +204,7 @@ func expand(e Env, at map[string]Pos, lookup func(string) (string, bool)) (Env, 
 func noHost(string) (string, bool) { return "", false }
 
 // ExpandEnv fills the phase environments from the env tables, resolving
-// "${VAR}" and "${VAR:-default}" values with lookup (os.LookupEnv for the host's
+// "${VAR}" and "${VAR:-default}", whole values or embedded ones, with lookup (os.LookupEnv for the host's
 // environment). Until it is called, Parse and Load have resolved them against
 // an empty host: defaults apply and required variables are "". It reports every
 // required variable lookup does not find; the lists are complete either way.

@@ -1,6 +1,7 @@
 package task
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -49,42 +50,85 @@ func TestTemplate(t *testing.T) {
 	}
 }
 
+// TestExpandEnv: whole-value templates as Harbor's resolve_env_vars reads
+// them, references embedded in longer values and several in one value;
+// a reference with neither a host value nor a default is an error that
+// names the variable (Harbor refuses the run: "not found in host
+// environment"), and text that is no reference stays literal.
 func TestExpandEnv(t *testing.T) {
 	src := `[environment.env]
 LOG_LEVEL = "${LOG_LEVEL:-info}"
 TOKEN = "${TOKEN}"
-LITERAL = "a-${B}"
+URL = "https://${HOST:-example.com}:${PORT:-443}/v1"
+EMBEDDED = "a-${B}-z"
+LITERAL = "cost $5, ${:-y}, ${X:y}, ${open"
 EMPTY_DEFAULT = "${NOPE:-}"
 `
 	tests := []struct {
 		name    string
 		host    map[string]string
 		want    Env
-		wantErr string
+		wantErr []string
 	}{
 		{"defaults before any host", nil,
-			Env{{"LOG_LEVEL", "info"}, {"TOKEN", ""}, {"LITERAL", "a-${B}"}, {"EMPTY_DEFAULT", ""}},
-			`task.toml:3: environment.env.TOKEN: TOKEN needs TOKEN from the host, and it is not set: set TOKEN in sandboxd's environment, or write TOKEN = "${TOKEN:-default}"`},
-		{"host values win over defaults", map[string]string{"LOG_LEVEL": "debug", "TOKEN": "s3cret", "B": "ignored"},
-			Env{{"LOG_LEVEL", "debug"}, {"TOKEN", "s3cret"}, {"LITERAL", "a-${B}"}, {"EMPTY_DEFAULT", ""}}, ""},
-		{"a host variable set to empty counts as set", map[string]string{"LOG_LEVEL": "", "TOKEN": ""},
-			Env{{"LOG_LEVEL", ""}, {"TOKEN", ""}, {"LITERAL", "a-${B}"}, {"EMPTY_DEFAULT", ""}}, ""},
+			Env{{"LOG_LEVEL", "info"}, {"TOKEN", ""}, {"URL", "https://example.com:443/v1"}, {"EMBEDDED", "a--z"},
+				{"LITERAL", "cost $5, ${:-y}, ${X:y}, ${open"}, {"EMPTY_DEFAULT", ""}},
+			[]string{
+				`task.toml:3: environment.env.TOKEN: TOKEN needs TOKEN from the host, and it is not set: set TOKEN in sandboxd's environment, or write ${TOKEN:-default} in the value`,
+				`task.toml:5: environment.env.EMBEDDED: EMBEDDED needs B from the host, and it is not set: set B in sandboxd's environment, or write ${B:-default} in the value`,
+			}},
+		{"host values win over defaults, in every reference", map[string]string{"LOG_LEVEL": "debug", "TOKEN": "s3cret", "B": "b", "PORT": "8443"},
+			Env{{"LOG_LEVEL", "debug"}, {"TOKEN", "s3cret"}, {"URL", "https://example.com:8443/v1"}, {"EMBEDDED", "a-b-z"},
+				{"LITERAL", "cost $5, ${:-y}, ${X:y}, ${open"}, {"EMPTY_DEFAULT", ""}}, nil},
+		{"a host variable set to empty counts as set", map[string]string{"LOG_LEVEL": "", "TOKEN": "", "B": "", "HOST": ""},
+			Env{{"LOG_LEVEL", ""}, {"TOKEN", ""}, {"URL", "https://:443/v1"}, {"EMBEDDED", "a--z"},
+				{"LITERAL", "cost $5, ${:-y}, ${X:y}, ${open"}, {"EMPTY_DEFAULT", ""}}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tk := parse(t, src)
 			err := tk.ExpandEnv(hostEnv(tt.host))
-			if tt.wantErr == "" {
+			if tt.wantErr == nil {
 				assert.NoError(t, err)
 			} else {
 				require.Error(t, err)
-				assert.EqualError(t, err, tt.wantErr)
+				assert.Equal(t, strings.Join(tt.wantErr, "\n"), err.Error())
 				assert.ErrorIs(t, err, ErrInvalid)
 			}
 			assert.Equal(t, tt.want, tk.EnvironmentEnv())
 			assert.Equal(t, tt.want, tk.AgentEnv())
 			assert.Equal(t, tt.want, tk.VerifierEnv())
 			assert.Equal(t, tt.want, tk.SolutionEnv())
+		})
+	}
+}
+
+// TestRefs pins what counts as a reference inside a longer value.
+func TestRefs(t *testing.T) {
+	tests := []struct {
+		value string
+		want  []string // name or name:-default, in order
+	}{
+		{"prefix-${X}-suffix", []string{"X"}},
+		{"${A}${B:-b}", []string{"A", "B:-b"}},
+		{"${A:-x}y}", []string{"A:-x"}},
+		{"$X ${ ${Y}", []string{" ${Y"}},
+		{"${:-x}${Z}", []string{"Z"}},
+		{"${X:y}", nil},
+		{"${open", nil},
+		{"plain", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			var got []string
+			for _, r := range refs(tt.value) {
+				if r.hasDef {
+					got = append(got, r.name+":-"+r.def)
+				} else {
+					got = append(got, r.name)
+				}
+			}
+			assert.Equal(t, tt.want, got)
 		})
 	}
 }
@@ -151,7 +195,7 @@ func TestVerifierEnvNeverIncludesAgentEnv(t *testing.T) {
 				var err error
 				tk, err = Load(fixture("schema-1.3"))
 				require.NoError(t, err)
-				tt.want = []string{"LOG_LEVEL=info", "MODE=grade", "LITERAL=prefix-${NOT_A_TEMPLATE}", "REPORT=/logs/verifier/report.json"}
+				tt.want = []string{"LOG_LEVEL=info", "MODE=grade", "LITERAL=prefix-x-info-suffix", "REPORT=/logs/verifier/report.json"}
 			} else {
 				tk = parse(t, tt.src)
 			}

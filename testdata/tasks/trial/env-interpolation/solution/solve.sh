@@ -1,0 +1,3 @@
+#!/bin/bash
+set -euo pipefail
+echo "greeting=$GREETING; mode=$MODE" > answer.txt
