@@ -77,11 +77,17 @@ type Streams struct {
 	Stdout, Stderr io.Writer
 	Resize         <-chan Resize
 	Signal         <-chan string
+	// AbortOnStdinError makes an error reading Stdin end the request
+	// instead of sending EOF: an archive cut short is no archive to unpack.
+	AbortOnStdinError bool
 }
 
-// Exec runs a command through the daemon and returns how it ended.
+// Exec runs a command through the daemon and returns how it ended; with
+// req.Op "cp", a copy, whose archive streams the same way.
 func (c Client) Exec(ctx context.Context, req Request, s Streams) (Exit, error) {
-	req.Op = "exec"
+	if req.Op == "" {
+		req.Op = "exec"
+	}
 	conn, nc, err := c.Dial(ctx, req)
 	if err != nil {
 		return Exit{}, err
@@ -98,7 +104,10 @@ func (c Client) Exec(ctx context.Context, req Request, s Streams) (Exit, error) 
 	}()
 	if s.Stdin != nil {
 		go func() {
-			io.Copy(Writer{C: conn, Kind: KindStdin}, s.Stdin)
+			if _, err := io.Copy(Writer{C: conn, Kind: KindStdin}, s.Stdin); err != nil && s.AbortOnStdinError {
+				nc.Close()
+				return
+			}
 			conn.Write(KindEOF, nil)
 		}()
 	}

@@ -3,10 +3,8 @@ package tarcopy
 import (
 	"archive/tar"
 	"bytes"
-	"crypto/sha256"
 	"fmt"
 	"io"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -17,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
 // bigFile is the size of the large-file test's file: 64 MiB, or 1 GiB
@@ -32,37 +32,6 @@ func copyLocal(t testing.TB, src, dst string, o Options) error {
 	err := Extract(pr, dst, false, false, o)
 	pr.CloseWithError(io.ErrClosedPipe)
 	return err
-}
-
-// tree is a path's content as cp must keep it: type, mode, link target,
-// content hash and mtime, by relative name.
-func tree(t testing.TB, root string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	require.NoError(t, filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		require.NoError(t, err)
-		rel, _ := filepath.Rel(root, p)
-		info, err := os.Lstat(p)
-		require.NoError(t, err)
-		desc := fmt.Sprintf("%v mtime=%d", info.Mode(), info.ModTime().UnixNano())
-		switch {
-		case info.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			require.NoError(t, err)
-			desc += " -> " + target
-		case info.Mode().IsRegular():
-			f, err := os.Open(p)
-			require.NoError(t, err)
-			h := sha256.New()
-			_, err = io.Copy(h, f)
-			f.Close()
-			require.NoError(t, err)
-			desc += fmt.Sprintf(" sha256=%x", h.Sum(nil))
-		}
-		out[rel] = desc
-		return nil
-	}))
-	return out
 }
 
 func write(t testing.TB, p, content string, mode os.FileMode) {
@@ -92,7 +61,7 @@ func TestCopyHarborFailures(t *testing.T) {
 
 	dst := t.TempDir()
 	require.NoError(t, copyLocal(t, filepath.Join(src, "app"), dst, owner()))
-	want, got := tree(t, filepath.Join(src, "app")), tree(t, filepath.Join(dst, "app"))
+	want, got := sandboxtest.Tree(t, filepath.Join(src, "app"), false), sandboxtest.Tree(t, filepath.Join(dst, "app"), false)
 	for _, c := range []struct{ failure, name string }{
 		{"dropped files", "data.txt"},
 		{"dropped files", ".hidden"},
@@ -123,7 +92,7 @@ func TestCopyManyFilesAndALargeOne(t *testing.T) {
 	start := time.Now()
 	require.NoError(t, copyLocal(t, src, dst, owner()))
 	t.Logf("10,000 files and %d MiB copied in %v", bigFile>>20, time.Since(start))
-	want, got := tree(t, src), tree(t, filepath.Join(dst, "tree"))
+	want, got := sandboxtest.Tree(t, src, false), sandboxtest.Tree(t, filepath.Join(dst, "tree"), false)
 	assert.Len(t, got, len(want))
 	assert.Equal(t, want, got)
 }

@@ -1,0 +1,157 @@
+package daemon
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/internal/config"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
+	"github.com/sandboxd/sandboxd/pkg/tarcopy"
+)
+
+func (s *served) cp(t *testing.T, c tarcopy.Copy) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if c.Stderr == nil {
+		c.Stderr = io.Discard
+	}
+	return tarcopy.Run(ctx, s.client, c)
+}
+
+// A tree goes into the sandbox and back out unchanged — modes, exec bits,
+// symlinks, empty directories, times — and what goes in is the agent's.
+func TestCpRoundTripThroughTheSandbox(t *testing.T) {
+	s := serveForTest(t, config.Config{AgentUser: "4321:4321"})
+	src := filepath.Join(t.TempDir(), "app")
+	require.NoError(t, os.MkdirAll(filepath.Join(src, "empty/nested"), 0o750))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "run.sh"), []byte("#!/bin/sh\necho ran\n"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "data"), []byte("data"), 0o640))
+	require.NoError(t, os.Symlink("run.sh", filepath.Join(src, "link")))
+	inside := "/tmp/" + filepath.Base(t.TempDir())
+	t.Cleanup(func() { os.RemoveAll(inside) })
+	require.NoError(t, os.Mkdir(inside, 0o777))
+
+	require.NoError(t, s.cp(t, tarcopy.Copy{Src: src, Dst: "sandbox:" + inside}))
+	r := s.sh(t, inside+"/app/run.sh; stat -c '%u:%g %a' "+inside+"/app/data; readlink "+inside+"/app/link")
+	require.NoError(t, r.err)
+	assert.Equal(t, "ran\n4321:4321 640\nrun.sh\n", r.stdout, r.stderr)
+
+	out := t.TempDir()
+	require.NoError(t, s.cp(t, tarcopy.Copy{Src: "sandbox:" + inside + "/app/.", Dst: filepath.Join(out, "back")}))
+	assert.Equal(t, sandboxtest.Tree(t, src, false), sandboxtest.Tree(t, filepath.Join(out, "back"), false))
+	st, err := os.Lstat(filepath.Join(out, "back/data"))
+	require.NoError(t, err)
+	assert.Equal(t, uint32(os.Getuid()), st.Sys().(*syscall.Stat_t).Uid, "copied out: the caller's")
+
+	// -a keeps the archive's ids both ways.
+	out2 := t.TempDir()
+	require.NoError(t, s.cp(t, tarcopy.Copy{Src: "sandbox:" + inside + "/app", Dst: out2, Archive: true}))
+	st, err = os.Lstat(filepath.Join(out2, "app/data"))
+	require.NoError(t, err)
+	assert.Equal(t, uint32(4321), st.Sys().(*syscall.Stat_t).Uid)
+}
+
+// sandbox:PATH resolves in the sandbox's view, where the harness dir is
+// absent: neither its path nor a symlink the agent points at it reaches it.
+func TestCpSandboxSideIsTheSandboxsView(t *testing.T) {
+	s := serveForTest(t, config.Config{})
+	require.NoError(t, os.WriteFile(filepath.Join(s.harness, "secret"), []byte("harness"), 0o600))
+	link := "/tmp/" + filepath.Base(t.TempDir()) + "-to-harness"
+	r := s.sh(t, "ln -s "+s.harness+" "+link)
+	require.NoError(t, r.err)
+	t.Cleanup(func() { os.Remove(link) })
+	for _, src := range []string{s.harness + "/secret", link + "/secret", link + "/."} {
+		out := t.TempDir()
+		err := s.cp(t, tarcopy.Copy{Src: "sandbox:" + src, Dst: filepath.Join(out, "x")})
+		require.Error(t, err, src)
+		assert.Contains(t, err.Error(), "no such file or directory", src)
+		assert.NoFileExists(t, filepath.Join(out, "x"))
+	}
+	// Copying in through the same link lands in the sandbox's view, never
+	// in the harness dir.
+	err := s.cp(t, tarcopy.Copy{Src: "-", Dst: "sandbox:" + link, Stdin: tarOf(t, "planted", "x")})
+	require.Error(t, err)
+	assert.NoFileExists(t, filepath.Join(s.harness, "planted"))
+}
+
+// A local DST the agent has pointed elsewhere with a symlink (the shared
+// filesystem is the agent's too) is refused, not followed.
+func TestCpOutFollowsNoPlantedSymlink(t *testing.T) {
+	s := serveForTest(t, config.Config{})
+	base := "/tmp/" + filepath.Base(t.TempDir())
+	t.Cleanup(func() { os.RemoveAll(base) })
+	r := s.sh(t, "mkdir -p "+base+"/src && echo x > "+base+"/src/f && ln -s "+s.harness+" "+base+"/out")
+	require.NoError(t, r.err, r.stderr)
+	err := s.cp(t, tarcopy.Copy{Src: "sandbox:" + base + "/src", Dst: base + "/out"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "symlink")
+	assert.NoDirExists(t, filepath.Join(s.harness, "src"))
+}
+
+// `-` is a tar stream: out to stdout, in from stdin.
+func TestCpTarStreams(t *testing.T) {
+	s := serveForTest(t, config.Config{})
+	inside := "/tmp/" + filepath.Base(t.TempDir())
+	t.Cleanup(func() { os.RemoveAll(inside) })
+	require.NoError(t, os.Mkdir(inside, 0o755))
+	require.NoError(t, s.cp(t, tarcopy.Copy{Src: "-", Dst: "sandbox:" + inside, Stdin: tarOf(t, "dir/file", "streamed")}))
+	var out bytes.Buffer
+	require.NoError(t, s.cp(t, tarcopy.Copy{Src: "sandbox:" + inside + "/dir", Dst: "-", Stdout: &out}))
+	tr := tar.NewReader(&out)
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		names = append(names, h.Name)
+		if h.Name == "dir/file" {
+			b, _ := io.ReadAll(tr)
+			assert.Equal(t, "streamed", string(b))
+		}
+	}
+	assert.Equal(t, []string{"dir/", "dir/file"}, names)
+}
+
+// A large file streams through the control socket with its checksum kept.
+func TestCpLargeFile(t *testing.T) {
+	s := serveForTest(t, config.Config{})
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "big"))
+	require.NoError(t, err)
+	_, err = io.CopyN(f, rand.NewChaCha8([32]byte{2}), 64<<20)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	inside := "/tmp/" + filepath.Base(t.TempDir())
+	t.Cleanup(func() { os.RemoveAll(inside) })
+	require.NoError(t, os.Mkdir(inside, 0o755))
+	start := time.Now()
+	require.NoError(t, s.cp(t, tarcopy.Copy{Src: filepath.Join(dir, "big"), Dst: "sandbox:" + inside}))
+	out := t.TempDir()
+	require.NoError(t, s.cp(t, tarcopy.Copy{Src: "sandbox:" + inside + "/big", Dst: out}))
+	t.Logf("64 MiB in and out through the sandbox in %v", time.Since(start))
+	assert.Equal(t, sandboxtest.Tree(t, dir, false)["big"], sandboxtest.Tree(t, out, false)["big"], "checksum, mode and mtime")
+}
+
+func tarOf(t *testing.T, name, body string) io.Reader {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	require.NoError(t, tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}))
+	_, err := tw.Write([]byte(body))
+	require.NoError(t, err)
+	require.NoError(t, tw.Close())
+	return &b
+}

@@ -1,0 +1,101 @@
+package tarcopy
+
+import (
+	"context"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/internal/tail"
+	"github.com/sandboxd/sandboxd/pkg/idmap"
+	"github.com/sandboxd/sandboxd/pkg/join"
+)
+
+// Serve does the sandbox's side of one copy for the daemon: the role,
+// joined into the sandbox's user and mount namespaces, packs c.Path onto
+// conn as stdout frames, or unpacks the stdin frames the client sends at
+// c.Path, owned by owner unless c.Archive. It returns how the role ended;
+// the reason of a failure has been sent as a stderr frame. A client that
+// goes away, or ctx's end, kills the role.
+func Serve(ctx context.Context, conn *control.Conn, t join.Target, c control.Copy, owner idmap.User) (control.Exit, *os.ProcessState, error) {
+	p := c.Path
+	if !path.IsAbs(p) {
+		// As docker cp: a path inside is relative to the root.
+		p = "/" + p
+	}
+	args := []string{"pack", p}
+	if !c.Out {
+		args = []string{"unpack", p, strconv.Itoa(int(owner.UID)), strconv.Itoa(int(owner.GID)), flag(c.Archive), flag(c.Raw)}
+	}
+	cmd := t.Join([]string{"user", "mnt"}, role, args...)
+	cmd.Pdeathsig = syscall.SIGKILL
+	msg := tail.New(4 << 10)
+	cmd.Stderr = msg
+	var stdin *os.File
+	if c.Out {
+		cmd.Stdout = control.Writer{C: conn, Kind: control.KindStdout}
+	} else {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return control.Exit{}, nil, err
+		}
+		defer r.Close()
+		defer w.Close()
+		cmd.Stdin, stdin = r, w
+	}
+	if err := cmd.Start(); err != nil {
+		return control.Exit{}, nil, err
+	}
+	if stdin != nil {
+		cmd.Stdin.(*os.File).Close()
+	}
+	// The client's frames: the archive coming in, and its end. A vanished
+	// client, or one whose archive failed, ends the role.
+	go func() {
+		for {
+			kind, payload, err := conn.Read()
+			if err != nil {
+				cmd.Process.Kill()
+				return
+			}
+			switch {
+			case kind == control.KindStdin && stdin != nil:
+				if _, err := stdin.Write(payload); err != nil {
+					// The role stopped reading: it has failed, and says why.
+					stdin.Close()
+					stdin = nil
+				}
+			case kind == control.KindEOF && stdin != nil:
+				stdin.Close()
+				stdin = nil
+			}
+		}
+	}()
+	stop := context.AfterFunc(ctx, func() { cmd.Process.Kill() })
+	defer stop()
+	err := cmd.Wait()
+	code, sig, ok := join.ExitStatus(err)
+	if !ok {
+		return control.Exit{}, cmd.ProcessState, err
+	}
+	exit := control.Exit{Code: code}
+	if sig != 0 {
+		exit.Signal = strings.TrimPrefix(unix.SignalName(sig), "SIG")
+	}
+	if s := msg.String(); s != "" {
+		conn.Write(control.KindStderr, []byte(s))
+	}
+	return exit, cmd.ProcessState, nil
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
