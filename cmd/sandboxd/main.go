@@ -35,9 +35,8 @@ type command struct {
 var commands = map[string]command{
 	"serve":   {"build the sandbox and serve it until stopped", runServe},
 	"exec":    {"run a command inside the running sandbox", runExec},
-	"cp":      {"copy files between the sandbox and here, as docker cp does", runCp},
 	"grade":   {"run the task's verifier and print the verdict", runGrade},
-	"keys":    {"print the generated agent SSH private key", runOp[daemon.Keys]("keys")},
+	"keys":    {"print the generated agent SSH private key, or authorize agent keys (--authorize)", runKeys},
 	"records": {"list the recorded sessions as JSON", runOp[daemon.Records]("records")},
 	"status":  {"print the running daemon's state as JSON", runOp[daemon.Status]("status")},
 	"stop":    {"stop the running daemon and its sandbox", runOp[daemon.Stopping]("stop")},

@@ -54,7 +54,7 @@ func opNames(withExec bool) string {
 		names = append(names, n)
 	}
 	if withExec {
-		names = append(names, "exec", "cp")
+		names = append(names, "exec")
 	}
 	sort.Strings(names)
 	return strings.Join(names, ", ")
@@ -84,10 +84,6 @@ func (d *Daemon) handle(ctx context.Context, c net.Conn) {
 	}
 	if req.Op == "exec" {
 		d.exec(ctx, conn, c, req)
-		return
-	}
-	if req.Op == "cp" {
-		d.copy(ctx, conn, c, req)
 		return
 	}
 	op, ok := operations[req.Op]
@@ -135,6 +131,10 @@ func (d *Daemon) harnessCommand(_ context.Context, command string, stdout, stder
 			req.GradeTimeout = fields[i]
 		case name == "grade" && fields[i] == "--json":
 			asJSON = true
+		case name == "keys" && fields[i] == "--authorize":
+			// The key line is the rest of the command: ssh joins its words.
+			req.Authorize = strings.Join(fields[i+1:], " ")
+			i = len(fields)
 		}
 	}
 	res, err := op(d, req)
@@ -182,20 +182,38 @@ func (d *Daemon) gradeOp(req control.Request) (grade.Verdict, error) {
 	return v, nil
 }
 
-// Keys is what keys answers: the agent key serve generated.
+// Keys is what keys answers: the agent key serve generated, or with
+// --authorize the fingerprints of the agent keys it now accepts too.
 type Keys struct {
-	PrivateKey string `json:"private_key"`
+	PrivateKey string   `json:"private_key,omitempty"`
+	Authorized []string `json:"authorized,omitempty"`
 }
 
-// Print writes the private key as it is, for a file or ssh -i.
+// Print writes the private key as it is, for a file or ssh -i, or one line
+// per key authorized.
 func (k Keys) Print(stdout, _ io.Writer) int {
+	for _, fp := range k.Authorized {
+		fmt.Fprintf(stdout, "authorized %s\n", fp)
+	}
 	io.WriteString(stdout, k.PrivateKey)
 	return 0
 }
 
-func (d *Daemon) keys(control.Request) (Keys, error) {
+func (d *Daemon) keys(req control.Request) (Keys, error) {
 	if d.ssh == nil {
 		return Keys{}, &control.Failure{Code: 125, Message: "SSH is off (serve --listen ADDR turns it on)"}
+	}
+	if req.Authorize != "" {
+		added, had, err := d.ssh.server.AuthorizeAgentKeys([]byte(req.Authorize))
+		if err != nil {
+			return Keys{}, &control.Failure{Code: 125, Message: err.Error()}
+		}
+		k := Keys{}
+		for _, a := range append(added, had...) {
+			k.Authorized = append(k.Authorized, a.Fingerprint())
+		}
+		d.log.Info("agent keys authorized", "added", len(added), "already", len(had), "keys", k.Authorized)
+		return k, nil
 	}
 	if d.ssh.agentKey == nil {
 		return Keys{}, &control.Failure{Code: 125, Message: "the agent keys were given to serve (--authorized-keys or SANDBOXD_AUTHORIZED_KEYS); it holds no private key to print"}

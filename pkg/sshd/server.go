@@ -128,6 +128,7 @@ type Server struct {
 	log       *slog.Logger
 	sshConfig *ssh.ServerConfig
 	keys      map[string]*identity // by marshaled public key
+	keysMu    sync.RWMutex         // keys grow while serving (AuthorizeAgentKeys)
 	rec       *recorder
 	leftovers ptyrelay.Leftovers
 	handshake chan struct{} // semaphore of connections in handshake
@@ -230,7 +231,7 @@ func (s *Server) HostKeyFingerprint() string {
 }
 
 func (s *Server) authenticate(md ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
-	id, ok := s.keys[string(key.Marshal())]
+	id, ok := s.identityOf(string(key.Marshal()))
 	if !ok {
 		return nil, fmt.Errorf("unknown public key %s", ssh.FingerprintSHA256(key))
 	}
