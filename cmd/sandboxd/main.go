@@ -35,6 +35,7 @@ type command struct {
 var commands = map[string]command{
 	"serve":   {"build the sandbox and serve it until stopped", runServe},
 	"exec":    {"run a command inside the running sandbox", runExec},
+	"cp":      {"copy files between the sandbox and here, as docker cp does", runCp},
 	"grade":   {"run the task's verifier and print the verdict", runGrade},
 	"keys":    {"print the generated agent SSH private key, or authorize agent keys (--authorize)", runKeys},
 	"records": {"list the recorded sessions as JSON", runOp[daemon.Records]("records")},

@@ -41,7 +41,7 @@ func Socket(harnessDir string) string { return filepath.Join(harnessDir, "run", 
 
 // Request is what a client asks.
 type Request struct {
-	Op string `json:"op"` // exec, status, grade, stop, keys, records
+	Op string `json:"op"` // exec, cp, status, grade, stop, keys, records
 
 	// exec
 	Argv    []string `json:"argv,omitempty"`
@@ -60,6 +60,18 @@ type Request struct {
 
 	// keys --authorize: authorized_keys lines added to the agent keys
 	Authorize string `json:"authorize,omitempty"`
+
+	// cp (User names the owner of what is copied in)
+	Copy *Copy `json:"copy,omitempty"`
+}
+
+// Copy is the sandbox's side of a `sandboxd cp`; the archive streams as
+// stdin frames (into the sandbox) or stdout frames (out of it).
+type Copy struct {
+	Out     bool   `json:"out,omitempty"`     // sandbox to substrate
+	Path    string `json:"path"`              // inside the sandbox's view
+	Raw     bool   `json:"raw,omitempty"`     // copy-in of any archive (cp's `-`), into the directory Path
+	Archive bool   `json:"archive,omitempty"` // keep the archive's ids (cp -a)
 }
 
 // Resize is a terminal's new size.

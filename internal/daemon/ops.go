@@ -54,7 +54,7 @@ func opNames(withExec bool) string {
 		names = append(names, n)
 	}
 	if withExec {
-		names = append(names, "exec")
+		names = append(names, "exec", "cp")
 	}
 	sort.Strings(names)
 	return strings.Join(names, ", ")
@@ -84,6 +84,10 @@ func (d *Daemon) handle(ctx context.Context, c net.Conn) {
 	}
 	if req.Op == "exec" {
 		d.exec(ctx, conn, c, req)
+		return
+	}
+	if req.Op == "cp" {
+		d.copy(ctx, conn, c, req)
 		return
 	}
 	op, ok := operations[req.Op]
