@@ -56,7 +56,8 @@ func runServe(ctx context.Context, args []string) int {
 	harness := fs.String("harness-dir", config.DefaultHarnessDir, "sandboxd's own state `DIR`, hidden from the sandbox")
 	workdir := fs.String("workdir", "", "the sandbox's working `DIR` (default: the task's, else the image's, else /)")
 	agentUser := fs.String("agent-user", "", "the `USER[:GROUP]` agent sessions run as (default: the task's, else the image's, else root)")
-	degraded := fs.Bool("allow-degraded", false, "serve a sandbox weaker than declared (single-id map) and report it")
+	degraded := fs.Bool("allow-degraded", false, "serve a sandbox weaker than declared (a single-id map; the explicit proxy alone where outbound connections cannot be caught) and report it")
+	proxyEnv := fs.Bool("proxy-env", false, "point the agent's programs at the explicit proxy 127.0.0.1:3128 (http_proxy and the rest, an apt configuration); without it they get none, as under Docker, and every connection is caught")
 	bwrapPath := fs.String("bwrap", "bwrap", "the bubblewrap binary, a `PATH` or a name on PATH")
 	hostMode := fs.Bool("host", false, "no container around sandboxd: also mask the host's sockets")
 	reuseRootfs := fs.Bool("reuse-rootfs", false, "UNSAFE, for development only: serve although an agent has already had this root filesystem (the harness dir says so), whose bwrap, libraries and /bin/sh serve then runs as root; status reports it")
@@ -133,6 +134,7 @@ func runServe(ctx context.Context, args []string) int {
 		log.Error("serve failed", "err", err)
 		return fail("serve: %v", err)
 	}
+	cfg.Network.ProxyEnv = *proxyEnv
 	if len(cfg.Entrypoint) > 0 {
 		cfg.Entrypoint = append(cfg.Entrypoint, rest...)
 	} else if len(rest) > 0 {

@@ -23,7 +23,8 @@ import (
 
 // Real clients inside the sandbox, through the proxy, against upstreams on
 // the substrate's loopback (opened deliberately with AllowCIDRs and named by
-// a fake resolver): git over HTTPS, pip, apt, and a Go program.
+// a fake resolver): git over HTTPS, pip, apt, and a Go program, told of the
+// proxy by --proxy-env.
 
 func allowlisted(t *testing.T, names ...string) *served {
 	res := fakeResolver{}
@@ -31,7 +32,7 @@ func allowlisted(t *testing.T, names ...string) *served {
 		res[n] = "127.0.0.1"
 	}
 	return serveForTest(t, config.Config{
-		Network:  config.Network{Agent: egress.Policy{Mode: egress.Allowlist, AllowedHosts: names, AllowCIDRs: loopbackOnly}},
+		Network:  config.Network{Agent: egress.Policy{Mode: egress.Allowlist, AllowedHosts: names, AllowCIDRs: loopbackOnly}, ProxyEnv: true},
 		Resolver: res,
 	})
 }

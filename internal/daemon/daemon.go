@@ -329,11 +329,13 @@ func (d *Daemon) serve(ctx context.Context) (err error) {
 	down.Add(d.leftovers.Close)
 
 	if err := d.net.Start(ctx, egress.StartConfig{
-		Listen:      d.target.Listen,
-		AuditDir:    d.harnessPath("audit"),
-		Resolver:    d.cfg.Resolver,
-		ResolveWait: peerResolveWait,
-		Log:         d.log,
+		Listen:        d.target.Listen,
+		AuditDir:      d.harnessPath("audit"),
+		Resolver:      d.cfg.Resolver,
+		ResolveWait:   peerResolveWait,
+		Catch:         d.catchRules,
+		AllowDegraded: d.cfg.AllowDegraded,
+		Log:           d.log,
 	}); err != nil {
 		return err
 	}
@@ -471,6 +473,9 @@ func (d *Daemon) Status() Status {
 	ns := netStatus{Agent: string(d.cfg.Network.Agent.Mode), Verifier: string(d.cfg.Network.Verifier.Mode), Peers: d.net.Peers()}
 	sort.Slice(sessions, func(i, j int) bool { return sessions[i].ID < sessions[j].ID })
 	deg := append(append([]string{}, d.holder.Degradations...), d.warnings...)
+	if why := d.net.Degraded(); why != "" {
+		deg = append(deg, why)
+	}
 	var sshSt *sshStatus
 	if d.ssh != nil {
 		sshSt = &sshStatus{Listen: d.ssh.listen, HostKey: d.ssh.hostKeyFP, Sessions: d.ssh.server.Sessions()}

@@ -1,10 +1,12 @@
 package daemon
 
 import (
+	"context"
 	"time"
 
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/egress"
+	"github.com/sandboxd/sandboxd/pkg/netrules"
 )
 
 // peerResolveWait bounds how long serve's start waits for the peers'
@@ -19,4 +21,10 @@ func agentFiles(n *egress.Wiring) []bwrap.DataFile {
 		files = append(files, bwrap.DataFile(f))
 	}
 	return files
+}
+
+// catchRules installs, inside the sandbox, the rules that send every
+// outbound connection to the daemon's transparent listener.
+func (d *Daemon) catchRules(ctx context.Context, p netrules.Plan) error {
+	return netrules.Apply(ctx, d.target, p)
 }

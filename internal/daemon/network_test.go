@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -55,7 +56,8 @@ func TestEgress_AllowlistWithRealCurl(t *testing.T) {
 	port := upstream(t, "hello from upstream")
 	s := serveForTest(t, config.Config{
 		Network: config.Network{
-			Agent: egress.Policy{Mode: egress.Allowlist, AllowedHosts: []string{"allowed.test"}, AllowCIDRs: loopbackOnly},
+			Agent:    egress.Policy{Mode: egress.Allowlist, AllowedHosts: []string{"allowed.test"}, AllowCIDRs: loopbackOnly},
+			ProxyEnv: true,
 		},
 		Resolver: fakeResolver{"allowed.test": "127.0.0.1", "refused.test": "127.0.0.1"},
 	})
@@ -76,7 +78,7 @@ func TestPublicStillRefusesLoopbackUpstream(t *testing.T) {
 	requireTool(t, "curl")
 	port := upstream(t, "should not be reached")
 	s := serveForTest(t, config.Config{
-		Network:  config.Network{Agent: egress.Policy{Mode: egress.Public}},
+		Network:  config.Network{Agent: egress.Policy{Mode: egress.Public}, ProxyEnv: true},
 		Resolver: fakeResolver{"sneaky.test": "127.0.0.1"},
 	})
 	r := s.sh(t, fmt.Sprintf("curl -s -o /dev/null -w '%%{http_code}' --max-time 10 http://sneaky.test:%d/", port))
@@ -98,7 +100,11 @@ func TestNoNetworkHasNoProxy(t *testing.T) {
 	assert.Equal(t, "closed\n", r.stdout)
 }
 
-// Direct connections fail: the sandbox has loopback only, whatever the policy.
+// Direct connections never leave unjudged: the sandbox's 127.0.0.1 is its
+// own, a connection to an address every phase refuses (198.18.0.0/15,
+// benchmarking) is refused before the handshake, IPv4-mapped included,
+// UDP other than DNS is rejected at once, and nothing reaches the
+// substrate's listener (docs/failures.md#every-connection-caught).
 func TestDirectConnectionsFail(t *testing.T) {
 	// A listener on the substrate's loopback: the sandbox's 127.0.0.1 is its own.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -129,7 +135,10 @@ except OSError as e: print(type(e).__name__)
 `, port)
 	r := s.exec(t, execPython(script), "")
 	require.Equal(t, 0, r.exit.Code, r.stderr)
-	assert.Equal(t, "ConnectionRefusedError\nOSError\nOSError\nOSError\nno-dns\nPermissionError\n", r.stdout)
+	assert.Equal(t, "ConnectionRefusedError\nConnectionRefusedError\nConnectionRefusedError\nPermissionError\nno-dns\nPermissionError\n", r.stdout)
+	ln.(*net.TCPListener).SetDeadline(time.Now())
+	_, err = ln.Accept()
+	assert.ErrorIs(t, err, os.ErrDeadlineExceeded, "a connection reached the substrate's loopback")
 }
 
 // The visitor port is held by sandboxd from the start: the agent can neither
@@ -180,8 +189,9 @@ func TestPeerReachedByNameWithRedisCLI(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 
 	s := serveForTest(t, config.Config{Network: config.Network{
-		Agent: egress.Policy{Mode: egress.Public},
-		Peers: []config.Peer{{Name: "cache", Port: 6379, Target: fmt.Sprintf("127.0.0.1:%d", port)}, {Name: "squatter", Port: 3128, Target: fmt.Sprintf("127.0.0.1:%d", port)}},
+		Agent:    egress.Policy{Mode: egress.Public},
+		ProxyEnv: true,
+		Peers:    []config.Peer{{Name: "cache", Port: 6379, Target: fmt.Sprintf("127.0.0.1:%d", port)}, {Name: "squatter", Port: 3128, Target: fmt.Sprintf("127.0.0.1:%d", port)}},
 	}})
 	r := s.sh(t, "redis-cli -h cache -p 6379 ping; redis-cli -h squatter -p 3128 ping; echo $no_proxy; grep -c localhost /etc/hosts; grep -E 'cache|squatter' /etc/hosts")
 	require.Equal(t, 0, r.exit.Code, r.stderr)

@@ -79,6 +79,18 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("serve egress proxy on %s: policy is %s, so nothing may listen there", ln.Addr(), NoNetwork)
 	}
 	s := p.withDefaults()
+	return s.serveGated(ctx, ln, "egress proxy", func(c net.Conn) {
+		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		writeRefusal(bufio.NewWriterSize(c, 512), 503, "too-many-connections", "too many connections through the proxy; retry later")
+		c.Close()
+	}, s.serveConn)
+}
+
+// serveGated accepts on ln until ctx ends, admits each connection at a gate
+// of MaxConns (full answers one that finds it full), and hands it to serve
+// on a goroutine of its own; then it closes ln and every connection, and
+// returns nil once all are done.
+func (s *Proxy) serveGated(ctx context.Context, ln net.Listener, what string, full func(net.Conn), serve func(context.Context, net.Conn, *ticket)) error {
 	gate := &gate{max: s.MaxConns}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -92,19 +104,17 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("accept on egress proxy %s: %w", ln.Addr(), err)
+			return fmt.Errorf("accept on %s %s: %w", what, ln.Addr(), err)
 		}
 		t, ok := gate.enter(c)
 		if !ok {
-			s.Log.Warn("egress: connection limit reached", "proxy", s.Label, "client", c.RemoteAddr(), "limit", s.MaxConns)
-			c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-			writeRefusal(bufio.NewWriterSize(c, 512), 503, "too-many-connections", "too many connections through the proxy; retry later")
-			c.Close()
+			s.Log.Warn("egress: connection limit reached", "proxy", s.Label, "listener", what, "client", c.RemoteAddr(), "limit", s.MaxConns)
+			full(c)
 			continue
 		}
 		wg.Go(func() {
 			defer t.leave()
-			s.serveConn(ctx, c, t)
+			serve(ctx, c, t)
 		})
 	}
 }

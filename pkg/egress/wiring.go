@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/cleanup"
 	"github.com/sandboxd/sandboxd/internal/imagefile"
+	"github.com/sandboxd/sandboxd/pkg/netrules"
 )
 
 // Fixed ports inside the sandbox's network namespace.
@@ -34,6 +35,10 @@ type Network struct {
 	Agent    Policy
 	Verifier Policy
 	Peers    []PeerSpec
+	// ProxyEnv points the agent's programs at the explicit proxy (the
+	// proxy variables and an apt configuration), as before every
+	// connection was caught; off, the agent's environment is Docker's.
+	ProxyEnv bool
 }
 
 // File is a file of the agent's view alone, bound into it from memory.
@@ -55,9 +60,11 @@ type Wiring struct {
 	files    []File
 	agentEnv []string
 
-	visitor *Visitor
-	audit   *Audit
-	wg      sync.WaitGroup
+	visitor  *Visitor
+	audit    *Audit
+	answers  *Answers
+	degraded string // why connections are not caught, when allowed to go on without
+	wg       sync.WaitGroup
 }
 
 // placedPeer is a peer with the loopback address it got inside the sandbox
@@ -84,7 +91,7 @@ func Plan(n Network) (*Wiring, error) {
 		// Added to, never replacing, the substrate's entries.
 		w.files = append(w.files, File{Path: "/etc/hosts", Data: w.hosts})
 	}
-	if n.Agent.Mode != NoNetwork {
+	if n.Agent.Mode != NoNetwork && n.ProxyEnv {
 		if st, err := os.Stat("/etc/apt/apt.conf.d"); err == nil && st.IsDir() {
 			conf, err := AptProxyConfig(agentProxyURL())
 			if err != nil {
@@ -103,6 +110,7 @@ func placePeers(peers []PeerSpec) ([]placedPeer, error) {
 	taken := map[netip.AddrPort]bool{
 		sandboxAddr(AgentProxyPort):   true,
 		sandboxAddr(VisitorProxyPort): true,
+		sandboxAddr(CatchPort):        true,
 	}
 	names := map[string]bool{}
 	out := make([]placedPeer, 0, len(peers))
@@ -177,8 +185,23 @@ func (w *Wiring) AgentFiles() []File { return w.files }
 func (w *Wiring) Hosts() []byte { return w.hosts }
 
 // AgentEnv is the environment that points an agent session's programs at
-// the agent's proxy; nil under no-network.
-func (w *Wiring) AgentEnv() []string { return w.agentEnv }
+// the agent's proxy: nil under no-network, and unless ProxyEnv was asked
+// for or connections cannot be caught (Degraded).
+func (w *Wiring) AgentEnv() []string {
+	if w.degraded != "" && w.agentEnv == nil && w.net.Agent.Mode != NoNetwork {
+		return ProxyEnv(agentProxyURL(), w.named())
+	}
+	return w.agentEnv
+}
+
+// Degraded says why outbound connections are not caught, after a start
+// that was allowed to go on without (StartConfig.AllowDegraded); "" when
+// they are.
+func (w *Wiring) Degraded() string { return w.degraded }
+
+// Answers is the table of addresses answered for names, which the
+// sandbox's resolver fills and the transparent listener judges by.
+func (w *Wiring) Answers() *Answers { return w.answers }
 
 // Peers are the peers as `sandboxd status` lists them: name=inside->target.
 func (w *Wiring) Peers() []string {
@@ -202,7 +225,15 @@ type StartConfig struct {
 	// ResolveWait bounds the wait for the peers' targets to resolve: a
 	// compose service may join the network a moment after this container.
 	ResolveWait time.Duration
-	Log         *slog.Logger
+	// Catch installs the rules that send every outbound TCP connection to
+	// the transparent listener (netrules.Apply on the sandbox). nil: no
+	// connection is caught, and no listener is made for them.
+	Catch func(ctx context.Context, plan netrules.Plan) error
+	// AllowDegraded lets Start go on when the rules cannot be installed:
+	// the explicit proxy alone then, with its variables, and Degraded says
+	// why. Otherwise such a start fails.
+	AllowDegraded bool
+	Log           *slog.Logger
 }
 
 // Start makes the listeners inside the sandbox — before any session can
@@ -248,6 +279,13 @@ func (w *Wiring) Start(ctx context.Context, c StartConfig) error {
 		want = append(want, sandboxAddr(AgentProxyPort))
 	}
 	want = append(want, sandboxAddr(VisitorProxyPort))
+	// Caught connections exist whenever either phase may reach the
+	// network: the agent's no-network must not take away what a networked
+	// verifier needs.
+	catching := c.Catch != nil && (agentOn || w.net.Verifier.Mode != NoNetwork)
+	if catching {
+		want = append(want, sandboxAddr(CatchPort))
+	}
 	for _, p := range w.peers {
 		want = append(want, p.Addr)
 	}
@@ -263,6 +301,23 @@ func (w *Wiring) Start(ctx context.Context, c StartConfig) error {
 	for i, e := range errs {
 		if e != nil {
 			return fmt.Errorf("listen on %s inside the sandbox: %w", want[i], e)
+		}
+	}
+	w.answers = NewAnswers(0)
+	var catchLn net.Listener
+	if catching {
+		catchLn = lns[len(lns)-len(w.peers)-1]
+		lns = append(lns[:len(lns)-len(w.peers)-1], lns[len(lns)-len(w.peers):]...)
+		own, _ := LocalAddrs()
+		err := c.Catch(ctx, netrules.Plan{Catch: sandboxAddr(CatchPort), Own: own, Refused: refusedRanges(w.net.Agent, w.net.Verifier)})
+		if err != nil && !c.AllowDegraded {
+			return fmt.Errorf("%w: serve refuses to give the sandbox a network it does not judge; run it where nf_tables works in a user namespace (docs/container-flags.md), or pass --allow-degraded for the explicit proxy alone", err)
+		}
+		if err != nil {
+			w.degraded = "outbound connections are not caught (" + err.Error() + "): only the explicit proxy, with its variables"
+			log.Warn("sandbox degraded", "why", w.degraded)
+			catchLn.Close()
+			catchLn = nil
 		}
 	}
 	cu.Release()
@@ -290,6 +345,12 @@ func (w *Wiring) Start(ctx context.Context, c StartConfig) error {
 	vln := lns[0]
 	lns = lns[1:]
 	serve("visitor proxy", func() error { return w.visitor.Serve(ctx, vln) })
+	if catchLn != nil {
+		k := &Catcher{Proxy: template, Answers: w.answers, Visit: w.visitor.attribute}
+		k.Proxy.Policy = w.net.Agent
+		k.Proxy.Label = "agent"
+		serve("transparent listener", func() error { return k.Serve(ctx, catchLn) })
+	}
 	for i, p := range w.peers {
 		ln, target := lns[i], p.Dial
 		serve("peer "+p.Name, func() error { return ServePeer(ctx, ln, target, nil) })

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/pkg/netrules"
 )
 
 // A peer is placed on 127.0.0.1:PORT, or on the next 127.0.0.N when that
@@ -18,7 +20,7 @@ import (
 // substrate's entries, and the agent's environment lists each in no_proxy
 // (docs/failures.md#peers-listed-one-by-one).
 func TestPlanPlacesPeersAndNamesThem(t *testing.T) {
-	w, err := Plan(Network{Agent: Policy{Mode: Public}, Peers: []PeerSpec{
+	w, err := Plan(Network{Agent: Policy{Mode: Public}, ProxyEnv: true, Peers: []PeerSpec{
 		{Name: "db", Port: 5432},
 		{Name: "squatter", Port: AgentProxyPort},
 		{Name: "replica", Port: 5432, Target: "10.0.0.1:5432"},
@@ -35,6 +37,17 @@ func TestPlanPlacesPeersAndNamesThem(t *testing.T) {
 	assert.Equal(t, File{Path: "/etc/hosts", Data: w.Hosts()}, files[0])
 	assert.Contains(t, w.AgentEnv(), "no_proxy=localhost,127.0.0.1,::1,db,squatter,127.0.0.2,replica")
 	assert.Contains(t, w.AgentEnv(), "http_proxy=http://127.0.0.1:3128")
+}
+
+// Without ProxyEnv the agent's environment names no proxy, as under
+// Docker: its connections are caught without it.
+func TestPlanSetsNoProxyVariablesByDefault(t *testing.T) {
+	w, err := Plan(Network{Agent: Policy{Mode: Public}})
+	require.NoError(t, err)
+	assert.Nil(t, w.AgentEnv())
+	for _, f := range w.AgentFiles() {
+		assert.NotContains(t, f.Path, "apt")
+	}
 }
 
 // Under no-network the agent's programs are told of no proxy, and nothing
@@ -121,4 +134,43 @@ func TestStartServesVisitsUntilItsContextEnds(t *testing.T) {
 	}
 	_, err = visitor.Accept()
 	assert.Error(t, err)
+}
+
+// Where the rules that catch connections cannot be installed, Start fails
+// and says what to do; with AllowDegraded it serves the explicit proxy
+// alone, points the agent at it, and Degraded says why
+// (docs/failures.md#no-rules-no-start).
+func TestStartFailsClosedWithoutTheRules(t *testing.T) {
+	loopbackListen := func(ctx context.Context, addrs []netip.AddrPort) ([]net.Listener, []error, error) {
+		lns := make([]net.Listener, len(addrs))
+		for i := range addrs {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			lns[i] = ln
+		}
+		return lns, make([]error, len(addrs)), nil
+	}
+	refused := func(ctx context.Context, plan netrules.Plan) error {
+		assert.Equal(t, "127.0.0.1:3130", plan.Catch.String())
+		return &netrules.Error{Step: "install the nftables rules", Err: errors.New("operation not supported")}
+	}
+	for _, degrade := range []bool{false, true} {
+		w, err := Plan(Network{Agent: Policy{Mode: Public}})
+		require.NoError(t, err)
+		require.Nil(t, w.AgentEnv())
+		ctx, cancel := context.WithCancel(context.Background())
+		err = w.Start(ctx, StartConfig{Listen: loopbackListen, AuditDir: t.TempDir(), Resolver: resolverOf(), Catch: refused, AllowDegraded: degrade})
+		if !degrade {
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "operation not supported")
+			assert.Contains(t, err.Error(), "--allow-degraded")
+			assert.Empty(t, w.Degraded())
+		} else {
+			require.NoError(t, err)
+			assert.Contains(t, w.Degraded(), "outbound connections are not caught")
+			assert.Contains(t, w.AgentEnv(), "http_proxy=http://127.0.0.1:3128")
+		}
+		cancel()
+		w.Close()
+	}
 }

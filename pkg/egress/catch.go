@@ -1,0 +1,238 @@
+package egress
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/pkg/netrules"
+)
+
+// CatchPort is the transparent listener's port on the sandbox's loopback:
+// the rules send every outbound TCP connection there (pkg/netrules).
+const CatchPort = 3130
+
+// Catcher serves the transparent listener. Each connection the rules sent
+// there is judged by where it was going (SO_ORIGINAL_DST) under the policy
+// of whoever made it, then dialled to exactly that address (no lookup
+// happens here at all) and relayed. A refusal is a reset, never a reply
+// that a client could take for the server's.
+type Catcher struct {
+	// Proxy is the template for serving: Policy is the agent's; Own, Dial,
+	// Audit, Log, MaxConns and the timeouts apply as for the proxy.
+	Proxy Proxy
+	// Answers are the addresses answered for names, which allowlist
+	// connections are judged against.
+	Answers *Answers
+	// Visit, if set, attributes a connection to an open visit and gives
+	// that visit's grant; an unattributed connection is the agent's.
+	Visit func(client, dst netip.AddrPort) (Judge, bool)
+	// origDst reads a caught connection's destination; tests replace it.
+	origDst func(net.Conn) (netip.AddrPort, error)
+}
+
+// Judge is whose policy a caught connection is judged by, and for how
+// long it may live.
+type Judge struct {
+	Policy Policy
+	Ctx    context.Context // its end ends the connection (a visit's end)
+	Label  string          // in audit records and logs: "agent", "verifier", …
+}
+
+// Serve answers caught connections on ln until ctx ends, then closes ln and
+// every connection it accepted, and returns nil once they are done.
+func (k *Catcher) Serve(ctx context.Context, ln net.Listener) error {
+	s := k.Proxy.withDefaults()
+	origDst := k.origDst
+	if origDst == nil {
+		origDst = netrules.OriginalDst
+	}
+	return s.serveGated(ctx, ln, "the transparent listener", reset, func(ctx context.Context, c net.Conn, t *ticket) {
+		k.serveConn(ctx, s, c, t, origDst)
+	})
+}
+
+// serveConn judges one caught connection and relays it if it passes.
+func (k *Catcher) serveConn(ctx context.Context, s *Proxy, c net.Conn, t *ticket, origDst func(net.Conn) (netip.AddrPort, error)) {
+	start := time.Now()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	client := clientAddr(c)
+	e := event{kind: "decision", label: "caught:" + s.Label, client: client.String(), method: "TCP"}
+	dst, err := origDst(c)
+	if err != nil {
+		e.verdict, e.reason = "error", "no-original-destination: "+err.Error()
+		s.Audit.record(e)
+		reset(c)
+		return
+	}
+	e.addr, e.port = dst, dst.Port()
+	g := Judge{Policy: s.Policy, Ctx: ctx, Label: cmp.Or(s.Label, "agent")}
+	if k.Visit != nil {
+		if vg, ok := k.Visit(client, dst); ok {
+			g = vg
+		}
+	}
+	e.label = "caught:" + g.Label
+	names, rerr := k.judge(s, g.Policy, dst)
+	e.host = strings.Join(names, ",")
+	if rerr != nil {
+		e.verdict, e.reason = "deny", rerr.tag+": "+rerr.err.Error()
+		s.Audit.record(e)
+		s.Log.Info("egress: caught connection refused", "policy", g.Label, "client", client, "dst", dst, "err", rerr)
+		reset(c)
+		return
+	}
+	release := k.Answers.Hold(dst.Addr())
+	defer release()
+	t.granted()
+	dctx, cancel := context.WithTimeout(ctx, s.DialTimeout)
+	up, err := s.Dial(dctx, "tcp", dst.String())
+	cancel()
+	if err != nil {
+		e.verdict, e.reason = "error", "connect-failed: "+err.Error()
+		s.Audit.record(e)
+		reset(c)
+		return
+	}
+	defer up.Close()
+	e.verdict = "allow"
+	s.Audit.record(e)
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	vstop := context.AfterFunc(g.Ctx, rcancel) // a visit's end ends its connections
+	defer vstop()
+	ab, ba := relay(rctx, c, up, s.IdleTimeout)
+	s.Audit.record(event{kind: "close", label: e.label, client: e.client, method: "TCP", host: e.host, port: dst.Port(),
+		addr: dst, status: 200, up: ab, down: ba, elapsed: time.Since(start)})
+}
+
+// judge decides by address: the names it knows the address by, and the
+// refusal, if any.
+func (k *Catcher) judge(s *Proxy, pol Policy, dst netip.AddrPort) ([]string, *refusal) {
+	a := dst.Addr().Unmap()
+	names := k.Answers.NamesOf(a)
+	if a.IsLoopback() || a.IsUnspecified() {
+		// Only a connection made straight to the listener arrives with its
+		// own address: the rules leave loopback alone.
+		return names, &refusal{tag: "blocked-by-address", err: fmt.Errorf("%s: a connection straight to the transparent listener: %w", dst, ErrBlockedAddress)}
+	}
+	switch pol.Mode {
+	case NoNetwork:
+		return names, &refusal{tag: "blocked-by-policy", err: errors.New("the policy is no-network")}
+	case Allowlist:
+		allowed := false
+		for _, n := range names {
+			allowed = allowed || pol.AllowsHost(n)
+		}
+		if !allowed {
+			return names, &refusal{tag: "blocked-by-allowlist", err: fmt.Errorf("%s was never answered for an allowed name: %w", a, ErrBlockedHost)}
+		}
+	}
+	if err := s.checkAddr(pol, a); err != nil {
+		return names, &refusal{tag: "blocked-by-address", err: err}
+	}
+	return names, nil
+}
+
+// reset closes c with a TCP reset (SO_LINGER 0): the client's next read or
+// write fails with ECONNRESET, and nothing it could take for a server's
+// answer is sent.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
+}
+
+// refusedRanges are the IPv4 ranges every policy given refuses by address
+// alone, whoever connects: the rules reset connections to them before the
+// handshake. A range one phase may reach is left to the listener, which
+// knows whose connection it is.
+func refusedRanges(pols ...Policy) []netrules.Range {
+	all := []span{{0, 1<<32 - 1}}
+	out := all
+	for _, p := range pols {
+		refused := all
+		if p.Mode != NoNetwork {
+			refused = nil
+			for _, s := range specials {
+				if s.embeds == nil && s.prefix.Addr().Is4() {
+					refused = append(refused, spanOf(s.prefix))
+				}
+			}
+			for _, c := range p.AllowCIDRs {
+				if c.Addr().Unmap().Is4() && (c.Addr().Is4() || c.Bits() >= 96) {
+					bits := c.Bits()
+					if c.Addr().Is6() {
+						bits -= 96
+					}
+					refused = subtract(refused, spanOf(netip.PrefixFrom(c.Addr().Unmap(), bits).Masked()))
+				}
+			}
+		}
+		out = intersect(out, refused)
+	}
+	var rs []netrules.Range
+	for _, s := range out {
+		rs = append(rs, netrules.Range{From: addr4(s.lo), To: addr4(s.hi)})
+	}
+	return rs
+}
+
+// span is an inclusive range of IPv4 addresses as numbers.
+type span struct{ lo, hi uint64 }
+
+func spanOf(p netip.Prefix) span {
+	b := p.Masked().Addr().As4()
+	lo := uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3])
+	return span{lo, lo + 1<<(32-p.Bits()) - 1}
+}
+
+func addr4(n uint64) netip.Addr {
+	return netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
+}
+
+// subtract removes cut from every span of ss.
+func subtract(ss []span, cut span) []span {
+	var out []span
+	for _, s := range ss {
+		if cut.hi < s.lo || cut.lo > s.hi {
+			out = append(out, s)
+			continue
+		}
+		if s.lo < cut.lo {
+			out = append(out, span{s.lo, cut.lo - 1})
+		}
+		if s.hi > cut.hi {
+			out = append(out, span{cut.hi + 1, s.hi})
+		}
+	}
+	return out
+}
+
+// intersect is what both lists of spans cover.
+func intersect(a, b []span) []span {
+	var out []span
+	for _, x := range a {
+		for _, y := range b {
+			if lo, hi := max(x.lo, y.lo), min(x.hi, y.hi); lo <= hi {
+				out = append(out, span{lo, hi})
+			}
+		}
+	}
+	return out
+}
+
+// clientAddr is a caught connection's client address.
+func clientAddr(c net.Conn) netip.AddrPort {
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return ta.AddrPort()
+	}
+	return netip.AddrPort{}
+}
