@@ -35,10 +35,8 @@ func networkAttempts(n *network) []attempt {
 		{name: "TCP to the substrate's IPv6 loopback", sh: `{PY} tcp ::1 ` + l6p},
 		{name: "TCP to the SSH door", sh: `{PY} tcp 127.0.0.1 {SSHPORT}`},
 		{name: "TCP to the substrate's own veth address", sh: `{PY} tcp ` + hostSide + ` ` + hsp},
-		{name: "TCP to the test host", sh: `{PY} tcp ` + testHost + ` 80`},
 		{name: "TCP to the second test host", sh: `{PY} tcp ` + testHost2 + ` 80`},
 		{name: "TCP to the test host over IPv6", sh: `{PY} tcp ` + testHost6 + ` 80`},
-		{name: "TCP to the test host as an IPv4-mapped IPv6 address", sh: `{PY} tcp ::ffff:` + testHost + ` 80`},
 		{name: "UDP to the test host", sh: `{PY} udp ` + testHost + ` 53`},
 		{name: "UDP to the substrate's loopback", sh: `{PY} udp 127.0.0.1 ` + port(n.loopbackUDP.addr) + `; exit 1`},
 		{name: "DNS query to the test host", sh: `{PY} dns ` + testHost + ` example.test`},
@@ -52,6 +50,12 @@ func networkAttempts(n *network) []attempt {
 		{name: "squat on the agent proxy's port", sh: `{PY} bind 127.0.0.1 3128`},
 		{name: "squat on the visitor port", sh: `{PY} bind 127.0.0.1 3129`},
 		{name: "squat on the visitor port on every address", sh: `{PY} bind 0.0.0.0 3129`},
+		{name: "squat on the transparent listener's port", sh: `{PY} bind 127.0.0.1 3130`},
+		{name: "squat on the transparent listener's port on every address", sh: `{PY} bind 0.0.0.0 3130`},
+		{name: "TCP straight to the transparent listener", sh: `{PY} tcp 127.0.0.1 3130`},
+		{name: "delete the default route", sh: `ip route del default`},
+		{name: "replace the default route", sh: `ip route replace default dev lo`},
+		{name: "add a route of one's own", sh: `ip route add 10.213.77.0/24 dev lo`},
 	}
 	// Every way to name a forbidden place to the proxy, by CONNECT and by
 	// an absolute-form GET.
@@ -96,6 +100,13 @@ func TestEscape_Network(t *testing.T) {
 		require.Contains(t, x.stdout, "testhost-2")
 		x = r.sh(r.expand(`{PY} proxy 3128 GET http://testhost.test/`, nil))
 		require.Equal(t, 0, x.code, x.output())
+		// And so does a direct connection, caught and judged by the same
+		// policy, by its address and as an IPv4-mapped one.
+		for _, a := range []string{testHost, "::ffff:" + testHost} {
+			x = r.sh(r.expand(`{PY} tcp `+a+` 80`, nil))
+			require.Equal(t, 0, x.code, x.output())
+			require.Contains(t, x.stdout, "testhost-2")
+		}
 		n.hostHTTP.hits.Store(0)
 
 		before := map[*listener]int64{}
