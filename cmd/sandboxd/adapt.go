@@ -13,13 +13,15 @@ import (
 )
 
 func runAdapt(ctx context.Context, args []string) int {
-	fs := flags("adapt", "TASK_DIR... [--tag PREFIX] [--out DIR] [--push] [--json] [--compose-dir DIR]")
+	fs := flags("adapt", "TASK_DIR... [--tag PREFIX] [--out DIR] [--push] [--json] [--compose-dir DIR] [--no-harbor-tools|--require-harbor-tools]")
 	prefix := fs.String("tag", layer.DefaultPrefix, "the image repository `PREFIX`: PREFIX/<dataset>-<hash12> per group, PREFIX/<dataset>:<task> per task")
 	out := fs.String("out", "", "write build contexts and build.sh to `DIR` and build nothing")
 	push := fs.Bool("push", false, "push every image made")
 	asJSON := fs.Bool("json", false, "print the manifest as one JSON document on stdout")
 	composeDir := fs.String("compose-dir", "sandboxd-compose", "the `DIR` where compose files for compose tasks go (with --out: DIR/compose)")
 	k8s := fs.String("k8s", "", "also write each task's Kubernetes Pod, Job, SandboxTemplate and SandboxWarmPool to `DIR` (docs/kubernetes.md)")
+	noHarbor := fs.Bool("no-harbor-tools", false, "do not bake the tools Harbor's agents expect (python3, pip, git, curl), for harnesses that provision their own")
+	requireHarbor := fs.Bool("require-harbor-tools", false, "refuse an image on which python3, pip, git or curl cannot be provided (no package manager)")
 	// Flags may follow the task directories, as the synopsis writes them.
 	var dirs []string
 	for {
@@ -35,6 +37,16 @@ func runAdapt(ctx context.Context, args []string) int {
 	if len(dirs) == 0 {
 		return usageError(fs, "name at least one task directory (or a directory of tasks)")
 	}
+	if *noHarbor && *requireHarbor {
+		return usageError(fs, "--no-harbor-tools and --require-harbor-tools contradict each other: give one")
+	}
+	harbor := layer.HarborToolsBake
+	switch {
+	case *noHarbor:
+		harbor = layer.HarborToolsOff
+	case *requireHarbor:
+		harbor = layer.HarborToolsRequire
+	}
 	if *push && *out != "" {
 		return fail("adapt: --push builds nothing to push with --out; run PUSH=1 %s/build.sh instead", *out)
 	}
@@ -43,14 +55,15 @@ func runAdapt(ctx context.Context, args []string) int {
 		return fail("adapt: find the sandboxd binary to bake in: %v", err)
 	}
 	m, err := layer.Adapt(ctx, dirs, layer.Options{
-		Prefix:     *prefix,
-		Out:        *out,
-		ComposeDir: *composeDir,
-		Push:       *push,
-		Binary:     self,
-		Version:    daemon.Version,
-		Seccomp:    findSeccompProfile(self),
-		Log:        os.Stderr,
+		Prefix:      *prefix,
+		Out:         *out,
+		ComposeDir:  *composeDir,
+		Push:        *push,
+		Binary:      self,
+		Version:     daemon.Version,
+		Seccomp:     findSeccompProfile(self),
+		Log:         os.Stderr,
+		HarborTools: harbor,
 	})
 	if *k8s != "" && len(m.Tasks) > 0 {
 		files, kerr := kube.Write(*k8s, m, kube.Options{Version: daemon.Version, Seccomp: findSeccompProfile(self)})

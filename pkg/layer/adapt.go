@@ -29,6 +29,9 @@ type Options struct {
 	Engine     engine.Engine // nil = Detect
 	Log        io.Writer     // progress; default os.Stderr
 	Jobs       int           // groups built at once; default min(2, CPUs)
+	// HarborTools is whether the tools Harbor's agents expect (python3,
+	// pip, git, curl) are baked in where missing; default HarborToolsBake.
+	HarborTools HarborTools
 }
 
 // RefusedError is an image adapt will not extend, and why.
@@ -218,16 +221,41 @@ func (b *builder) group(ctx context.Context, g *Group) (GroupEntry, []TaskEntry,
 		return ge, nil, err
 	}
 	lower := base
-	bins, pkgs := probe.Missing()
-	if len(bins) > 0 && eng.LoadsPartialArchives() {
-		b.say(g.Name, "the base lacks %s: installing %s with %s", strings.Join(bins, ", "), strings.Join(pkgs, " and "), probe.PackageManager)
+	bins, _ := probe.Missing()
+	hmissing := probe.harborMissing()
+	if b.o.HarborTools == HarborToolsOff {
+		hmissing = nil
+	}
+	pkgs := probe.toInstall(b.o.HarborTools)
+	if len(hmissing) > 0 && probe.PackageManager == "" {
+		w := fmt.Sprintf("the base lacks %s (the tools Harbor's agents expect) and has no package manager to install them: the agent gets none of them (--require-harbor-tools refuses such an image)", strings.Join(hmissing, ", "))
+		b.say(g.Name, "warning: %s", w)
+		for _, it := range g.Tasks {
+			it.Warnings = append(it.Warnings, w)
+		}
+	}
+	if len(pkgs) > 0 && eng.LoadsPartialArchives() {
+		how := ""
+		if probe.PackageManager == "apt-get" {
+			how = " without recommended packages (--no-install-recommends)"
+		}
+		b.say(g.Name, "the base lacks %s: installing %s with %s%s", strings.Join(append(bins, hmissing...), ", "), strings.Join(pkgs, " "), probe.PackageManager, how)
+		start := time.Now()
 		if lower, err = b.tools(ctx, g, base, log); err != nil {
 			return ge, nil, err
 		}
 		ge.ToolsID = lower.ID
+		ge.ToolsSeconds = time.Since(start).Seconds()
+		ge.ToolsBytes = lower.Size - base.Size
 	}
-	if len(bins) > 0 {
-		ge.Installed = pkgs
+	ge.Installed = pkgs
+	// What the adapted image has is probed again once something was
+	// installed, so that the report says what is there, not what was asked.
+	after := probe
+	if len(pkgs) > 0 && eng.LoadsPartialArchives() && len(hmissing) > 0 {
+		if after, err = b.probe(ctx, g, lower); err != nil {
+			return ge, nil, err
+		}
 	}
 
 	sidecarImages := map[string]string{}
@@ -289,6 +317,13 @@ func (b *builder) group(ctx context.Context, g *Group) (GroupEntry, []TaskEntry,
 	if err != nil {
 		return ge, nil, err
 	}
+	if ge.ToolsID == "" && len(hmissing) > 0 && probe.PackageManager != "" {
+		// The serving Dockerfile installed them itself.
+		if after, err = b.probe(ctx, g, img); err != nil {
+			return ge, nil, err
+		}
+	}
+	ge.HarborTools = harborReport(b.o.HarborTools, probe, after)
 	ge.Digest = img.ID
 	ge.LayerBytes = img.Size - base.Size
 
@@ -296,6 +331,7 @@ func (b *builder) group(ctx context.Context, g *Group) (GroupEntry, []TaskEntry,
 	for _, it := range g.Tasks {
 		e := taskEntry(it, g)
 		e.Digest = ids[it.Image]
+		e.HarborTools = ge.HarborTools
 		if g.Compose != nil {
 			if e.Compose, err = b.writeCompose(g, it, b.o.ComposeDir, sidecarImages); err != nil {
 				return ge, nil, err
@@ -384,25 +420,26 @@ func (b *builder) probe(ctx context.Context, g *Group, base *engine.Image) (Prob
 	if err != nil {
 		return p, fmt.Errorf("probe base %s: %w", g.Base.From, err)
 	}
-	if r := p.Refusal(); r != "" {
+	if r := p.Refusal(b.o.HarborTools); r != "" {
 		return p, &RefusedError{Image: g.Base.From, Reason: r}
 	}
 	return p, nil
 }
 
-// tools installs bubblewrap over base with the image's package manager, as a
-// build (so the engine's cache makes the next adapt instant).
+// tools installs what base lacks (bubblewrap, Harbor's agent tools) with the
+// image's package manager, as a build (so the engine's cache makes the next
+// adapt instant).
 func (b *builder) tools(ctx context.Context, g *Group, base *engine.Image, log io.Writer) (*engine.Image, error) {
 	dir, err := os.MkdirTemp("", "sandboxd-adapt-tools-")
 	if err != nil {
 		return nil, fmt.Errorf("group %s: %w", g.Name, err)
 	}
 	defer os.RemoveAll(dir)
-	df := "ARG BASE\nFROM ${BASE}\nUSER root\nRUN " + jsonArray([]string{"/bin/sh", "-c", ensureToolsScript()}) + "\n"
+	df := "ARG BASE\nFROM ${BASE}\nUSER root\nRUN " + jsonArray([]string{"/bin/sh", "-c", ensureToolsScript(b.o.HarborTools)}) + "\n"
 	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); err != nil {
 		return nil, fmt.Errorf("group %s: %w", g.Name, err)
 	}
-	id, err := b.o.Engine.Build(ctx, engine.BuildSpec{What: "the bubblewrap install over " + g.Base.From, Context: dir, Dockerfile: "Dockerfile",
+	id, err := b.o.Engine.Build(ctx, engine.BuildSpec{What: "the tools install over " + g.Base.From, Context: dir, Dockerfile: "Dockerfile",
 		Args: map[string]string{"BASE": base.ID}, Timeout: g.Base.Timeout}, log)
 	if err != nil {
 		return nil, asRefusal(g, err)

@@ -90,7 +90,7 @@ func TestAdapt_Manifest(t *testing.T) {
 	assert.Empty(t, g.Installed, "the base had bwrap; it lacks util-linux, which serve does not need")
 	assert.Empty(t, g.ToolsID, "no install step")
 	for _, b := range r.eng.builds {
-		assert.NotContains(t, b.What, "bubblewrap install")
+		assert.NotContains(t, b.What, "tools install")
 	}
 	assert.Equal(t, int64(8e6-1), g.LayerBytes, "image size over the base's")
 	assert.Equal(t, g.Digest, r.eng.images[g.Image].ID)
@@ -163,7 +163,7 @@ func TestAdapt_Refusals(t *testing.T) {
 		want  string
 	}{
 		{"no bwrap, no package manager", func(r *adaptRun) {
-			r.eng.probe = "tool bash /bin/bash\ntool nsenter /usr/bin/nsenter\ntool setpriv /usr/bin/setpriv\ntool unshare /usr/bin/unshare\nroot\nend\n"
+			r.eng.probe = harborAll + "tool bash /bin/bash\ntool nsenter /usr/bin/nsenter\ntool setpriv /usr/bin/setpriv\ntool unshare /usr/bin/unshare\nroot\nend\n"
 		},
 			"base environment/Dockerfile: the image lacks bwrap and has no package manager (apt-get, apk, dnf, microdnf, yum) to install bubblewrap: add bubblewrap to the image (environment/Dockerfile)"},
 		{"no shell", func(r *adaptRun) {
@@ -177,8 +177,8 @@ func TestAdapt_Refusals(t *testing.T) {
 			r.eng.failBuild = map[string]*engine.BuildError{"environment/Dockerfile": {What: "environment/Dockerfile of t", Tail: []string{"Step 2/2 : RUN false", "returned a non-zero code: 1"}, Err: io.ErrUnexpectedEOF}}
 		}, "build of environment/Dockerfile of t failed: unexpected EOF; its last 2 lines:\n    Step 2/2 : RUN false\n    returned a non-zero code: 1"},
 		{"the install is refused", func(r *adaptRun) {
-			r.eng.probe = "tool nsenter /usr/bin/nsenter\npm apk\nroot\nend\n"
-			r.eng.failBuild = map[string]*engine.BuildError{"bubblewrap install": {Tail: []string{refusedMarker + "bwrap is still missing after installing bubblewrap"}}}
+			r.eng.probe = harborAll + "tool nsenter /usr/bin/nsenter\npm apk\nroot\nend\n"
+			r.eng.failBuild = map[string]*engine.BuildError{"tools install": {Tail: []string{refusedMarker + "bwrap is still missing after installing bubblewrap"}}}
 		}, "base environment/Dockerfile: bwrap is still missing after installing bubblewrap"},
 		{"docker_image absent and not pullable", func(r *adaptRun) {
 			r.task("t", with(taskFiles(""), map[string]string{"environment/Dockerfile": "", "task.toml": "schema_version = \"1.1\"\n[environment]\ndocker_image = \"ghcr.io/x/y:1\"\n"}))
@@ -203,7 +203,7 @@ func TestAdapt_Refusals(t *testing.T) {
 func TestAdapt_InstallsMissingTools(t *testing.T) {
 	r := newRun(t)
 	r.task("t", taskFiles("debian:bookworm"))
-	r.eng.probe = "tool nsenter /usr/bin/nsenter\ntool setpriv /usr/bin/setpriv\ntool unshare /usr/bin/unshare\npm apt-get\nroot\nend\n"
+	r.eng.probe = harborAll + "tool nsenter /usr/bin/nsenter\ntool setpriv /usr/bin/setpriv\ntool unshare /usr/bin/unshare\npm apt-get\nroot\nend\n"
 	m, err := r.adapt()
 	require.NoError(t, err)
 	require.True(t, m.OK(), "%+v", m.Errors)
@@ -212,7 +212,7 @@ func TestAdapt_InstallsMissingTools(t *testing.T) {
 	require.NotEmpty(t, g.ToolsID)
 	var tools *engine.BuildSpec
 	for i, b := range r.eng.builds {
-		if strings.Contains(b.What, "bubblewrap install") {
+		if strings.Contains(b.What, "tools install") {
 			tools = &r.eng.builds[i]
 		}
 	}
@@ -256,7 +256,7 @@ func TestAdapt_Podman(t *testing.T) {
 	r := newRun(t)
 	r.task("a", taskFiles("debian:bookworm"))
 	r.eng.partial = false
-	r.eng.probe = "tool nsenter /usr/bin/nsenter\ntool setpriv /usr/bin/setpriv\ntool unshare /usr/bin/unshare\npm dnf\nroot\nend\n"
+	r.eng.probe = harborAll + "tool nsenter /usr/bin/nsenter\ntool setpriv /usr/bin/setpriv\ntool unshare /usr/bin/unshare\npm dnf\nroot\nend\n"
 	m, err := r.adapt()
 	require.NoError(t, err)
 	require.True(t, m.OK(), "%+v", m.Errors)

@@ -9,8 +9,9 @@
 //     hash of environment/ plus the settings the container runtime applies
 //     (EnvHash). Tasks in one group share one image.
 //   - Building (Adapt): for each group, build or take the base, read its
-//     config, check for bubblewrap (installing it with the image's own
-//     package manager only when missing), and add the serving
+//     config, check for bubblewrap and for the tools Harbor's agents expect
+//     (installing what is missing with the image's own package manager, in
+//     one step), and add the serving
 //     layer: the static sandboxd binary, the tasks' task.toml, instruction.md,
 //     tests/ and a sandboxd.toml holding the image facts, under the harness
 //     dir /media/sandboxd. Each task then gets a config-only image over the

@@ -98,8 +98,10 @@ type fakeEngine struct {
 	mu        sync.Mutex
 	images    map[string]*engine.Image // by ID and by tag
 	n         int
-	probe     string // what the probe prints; default: bwrap, bash and apt-get, no util-linux
+	probe     string // what the probe prints; default: bwrap, bash, Harbor's tools and apt-get, no util-linux
 	probeCode int
+	after     string // what every probe after the first prints, when set (the tools were installed)
+	runs      int
 	failBuild map[string]*engine.BuildError // by a substring of BuildSpec.What
 	loadErr   error
 	partial   bool
@@ -109,9 +111,12 @@ type fakeEngine struct {
 	archives  []map[string][]byte
 }
 
+// harborAll is the probe's report of an image that has all of Harbor's agent tools.
+const harborAll = "harbor python3 /usr/bin/python3\nharbor pip /usr/bin/pip3\nharbor git /usr/bin/git\nharbor curl /usr/bin/curl\n"
+
 func newFakeEngine() *fakeEngine {
 	return &fakeEngine{images: map[string]*engine.Image{}, partial: true, arch: runtime.GOARCH,
-		probe: "tool bwrap /usr/bin/bwrap\ntool bash /bin/bash\npm apt-get\nroot\nend\n"}
+		probe: "tool bwrap /usr/bin/bwrap\ntool bash /bin/bash\n" + harborAll + "pm apt-get\nroot\nend\n"}
 }
 
 func (f *fakeEngine) Name() string               { return "fake 1.0" }
@@ -198,6 +203,10 @@ func (f *fakeEngine) Run(_ context.Context, image, _ string) (string, int, error
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "run "+image)
+	f.runs++
+	if f.runs > 1 && f.after != "" {
+		return f.after, 0, nil
+	}
 	return f.probe, f.probeCode, nil
 }
 

@@ -35,7 +35,10 @@ type TaskEntry struct {
 	Network    Networks  `json:"network"`
 	Peers      []Peer    `json:"peers,omitempty"`
 	Compose    string    `json:"compose,omitempty"` // the compose file that runs it with its sidecars
-	Warnings   []string  `json:"warnings,omitempty"`
+	// HarborTools is its group's: which of the tools Harbor's agents expect
+	// the image had, and which adapt added, for baselines to compare.
+	HarborTools []ToolEntry `json:"harbor_tools,omitempty"`
+	Warnings    []string    `json:"warnings,omitempty"`
 }
 
 // Timeouts are the task's, in seconds; 0 = none.
@@ -75,22 +78,27 @@ type Peer struct {
 
 // GroupEntry is one group image.
 type GroupEntry struct {
-	Name       string         `json:"name"`
-	Image      string         `json:"image"`
-	Hash       string         `json:"hash"`
-	Tasks      []string       `json:"tasks"`
-	Base       string         `json:"base"`              // where the base came from
-	BaseID     string         `json:"base_id,omitempty"` // the base image adapt built or took
-	ToolsID    string         `json:"tools_id,omitempty"`
-	Installed  []string       `json:"installed,omitempty"` // packages adapt added (bubblewrap)
-	Digest     string         `json:"digest,omitempty"`
-	RepoDigest string         `json:"repo_digest,omitempty"`
-	LayerBytes int64          `json:"layer_bytes,omitempty"` // what adapt added over the base
-	Assembly   string         `json:"assembly,omitempty"`    // "load" or "build"
-	Sidecars   []SidecarEntry `json:"sidecars,omitempty"`
-	Context    string         `json:"context,omitempty"` // --out: the group's build contexts
-	Seconds    float64        `json:"seconds"`
-	Error      string         `json:"error,omitempty"`
+	Name      string   `json:"name"`
+	Image     string   `json:"image"`
+	Hash      string   `json:"hash"`
+	Tasks     []string `json:"tasks"`
+	Base      string   `json:"base"`              // where the base came from
+	BaseID    string   `json:"base_id,omitempty"` // the base image adapt built or took
+	ToolsID   string   `json:"tools_id,omitempty"`
+	Installed []string `json:"installed,omitempty"` // packages adapt added (bubblewrap, Harbor's agent tools)
+	// HarborTools says per tool Harbor's agents expect what the base had and
+	// what adapt added (docs/adapt.md, "Harbor's agent tools").
+	HarborTools  []ToolEntry    `json:"harbor_tools,omitempty"`
+	ToolsSeconds float64        `json:"tools_seconds,omitempty"` // the tools install's wall time
+	ToolsBytes   int64          `json:"tools_bytes,omitempty"`   // what the tools install added to the base
+	Digest       string         `json:"digest,omitempty"`
+	RepoDigest   string         `json:"repo_digest,omitempty"`
+	LayerBytes   int64          `json:"layer_bytes,omitempty"` // what adapt added over the base
+	Assembly     string         `json:"assembly,omitempty"`    // "load" or "build"
+	Sidecars     []SidecarEntry `json:"sidecars,omitempty"`
+	Context      string         `json:"context,omitempty"` // --out: the group's build contexts
+	Seconds      float64        `json:"seconds"`
+	Error        string         `json:"error,omitempty"`
 }
 
 // SidecarEntry is a compose service adapt built or kept.
@@ -187,7 +195,7 @@ func (m *Manifest) WriteTable(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\tTASKS\tBASE\tADDED\tTIME\tRESULT")
+	fmt.Fprintln(tw, "GROUP\tTASKS\tBASE\tADDED\tHARBOR TOOLS\tTIME\tRESULT")
 	for _, g := range m.Groups {
 		result := "ok"
 		if g.Error != "" {
@@ -197,7 +205,7 @@ func (m *Manifest) WriteTable(w io.Writer) {
 		if g.LayerBytes > 0 {
 			added = fmt.Sprintf("%.1f MB", float64(g.LayerBytes)/1e6)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.1fs\t%s\n", g.Name, len(g.Tasks), g.Base, added, g.Seconds, result)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%.1fs\t%s\n", g.Name, len(g.Tasks), g.Base, added, harborSummary(g.HarborTools), g.Seconds, result)
 	}
 	tw.Flush()
 }

@@ -45,7 +45,8 @@ push() { if [ "$PUSH" = 1 ]; then "$ENGINE" push "$1"; fi; }
 `, b.o.Version, HarnessDir)
 	for _, g := range p.Groups {
 		start := time.Now()
-		ge := GroupEntry{Name: g.Name, Image: g.Image, Hash: g.Hash, Tasks: g.TaskNames(), Base: g.Base.From, Context: filepath.Join(out, g.Name)}
+		ge := GroupEntry{Name: g.Name, Image: g.Image, Hash: g.Hash, Tasks: g.TaskNames(), Base: g.Base.From, Context: filepath.Join(out, g.Name),
+			HarborTools: harborUnprobed(b.o.HarborTools)}
 		section, err := b.writeGroupOut(g, out)
 		ge.Seconds = time.Since(start).Seconds()
 		if err != nil {
@@ -63,6 +64,7 @@ push() { if [ "$PUSH" = 1 ]; then "$ENGINE" push "$1"; fi; }
 		m.Groups = append(m.Groups, ge)
 		for _, it := range g.Tasks {
 			e := taskEntry(it, g)
+			e.HarborTools = ge.HarborTools
 			if g.Compose != nil {
 				if e.Compose, err = b.writeCompose(g, it, filepath.Join(out, "compose"), sidecarImagesOf(g)); err != nil {
 					m.fail(it.Dir, it.Task.Name, err)
@@ -137,7 +139,7 @@ func (b *builder) writeGroupOut(g *Group, out string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := writeServingContext(filepath.Join(dir, "serving"), layer, base, b.o.Version, g); err != nil {
+	if err := writeServingContext(filepath.Join(dir, "serving"), layer, base, b.o.Version, g, b.o.HarborTools); err != nil {
 		return "", err
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "facts"), 0o755); err != nil {
