@@ -39,7 +39,20 @@ type netnsReply struct {
 // error in errs (a port already taken inside, say), so the caller can choose
 // another address.
 func (t Target) Listen(ctx context.Context, addrs []netip.AddrPort) (lns []net.Listener, errs []error, err error) {
-	args := []string{"listen"}
+	return netnsSockets(ctx, t, "listen", addrs, net.FileListener)
+}
+
+// ListenPacket makes a UDP socket inside the sandbox's network namespace,
+// bound to each address (the resolver's), with per-address errors as
+// Listen gives them.
+func (t Target) ListenPacket(ctx context.Context, addrs []netip.AddrPort) (pcs []net.PacketConn, errs []error, err error) {
+	return netnsSockets(ctx, t, "udp", addrs, net.FilePacketConn)
+}
+
+// netnsSockets has the helper make one socket per address with verb, and
+// adopts each; a nil entry comes with its error.
+func netnsSockets[T any](ctx context.Context, t Target, verb string, addrs []netip.AddrPort, adopt func(*os.File) (T, error)) ([]T, []error, error) {
+	args := []string{verb}
 	for _, a := range addrs {
 		args = append(args, a.String())
 	}
@@ -47,8 +60,8 @@ func (t Target) Listen(ctx context.Context, addrs []netip.AddrPort) (lns []net.L
 	if err != nil {
 		return nil, nil, err
 	}
-	lns = make([]net.Listener, len(addrs))
-	errs = make([]error, len(addrs))
+	out := make([]T, len(addrs))
+	errs := make([]error, len(addrs))
 	next := 0
 	for i := range addrs {
 		if perAddr[i] != "" {
@@ -57,15 +70,15 @@ func (t Target) Listen(ctx context.Context, addrs []netip.AddrPort) (lns []net.L
 		}
 		f := files[next]
 		next++
-		ln, err := net.FileListener(f)
+		s, err := adopt(f)
 		f.Close()
 		if err != nil {
-			errs[i] = fmt.Errorf("adopt listener for %s: %w", addrs[i], err)
+			errs[i] = fmt.Errorf("adopt the %s socket for %s: %w", verb, addrs[i], err)
 			continue
 		}
-		lns[i] = ln
+		out[i] = s
 	}
-	return lns, errs, nil
+	return out, errs, nil
 }
 
 // Dial connects to addr from inside the sandbox's network namespace (ssh -L
@@ -137,7 +150,7 @@ func (t Target) netnsCall(ctx context.Context, args []string, n int) ([]*os.File
 func netnsChild(args []string) int {
 	conn := 4
 	if len(args) < 2 {
-		fmt.Fprintln(os.Stderr, "netns: usage: listen|dial ADDR...")
+		fmt.Fprintln(os.Stderr, "netns: usage: listen|udp|dial ADDR...")
 		return 2
 	}
 	verb, addrs := args[0], args[1:]
@@ -173,7 +186,11 @@ func sandboxSocket(verb string, ap netip.AddrPort) (int, error) {
 	if ap.Addr().Is6() && !ap.Addr().Is4In6() {
 		family = unix.AF_INET6
 	}
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	typ := unix.SOCK_STREAM
+	if verb == "udp" {
+		typ = unix.SOCK_DGRAM
+	}
+	fd, err := unix.Socket(family, typ|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
 	}
@@ -193,6 +210,11 @@ func sandboxSocket(verb string, ap netip.AddrPort) (int, error) {
 		if err := unix.Listen(fd, 4096); err != nil {
 			unix.Close(fd)
 			return -1, fmt.Errorf("listen %s: %w", ap, err)
+		}
+	case "udp":
+		if err := unix.Bind(fd, sa); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("bind %s/udp: %w", ap, err)
 		}
 	case "dial":
 		tv := unix.Timeval{Sec: 10}
