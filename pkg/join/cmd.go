@@ -89,7 +89,8 @@ func (c *Cmd) Start() error {
 	// (A closure: the list grows below.)
 	defer func() { closeAll(c.closeAfterStart) }()
 	var exe *os.File
-	if c.enter == nil {
+	ownBinary := c.enter == nil || c.enter.self
+	if ownBinary {
 		var err error
 		if exe, err = self(); err != nil {
 			return fmt.Errorf("open own executable: %w", err)
@@ -131,11 +132,13 @@ func (c *Cmd) Start() error {
 	for _, f := range stdio {
 		plan.files = append(plan.files, int(f.Fd()))
 	}
-	if c.enter == nil {
+	if ownBinary {
 		plan.files = append(plan.files, int(exe.Fd()))
 		for _, f := range c.ExtraFiles {
 			plan.files = append(plan.files, int(f.Fd()))
 		}
+	}
+	if c.enter == nil {
 		if plan.argv, err = syscall.SlicePtrFromStrings(append([]string{"sandboxd-" + c.role}, c.args...)); err != nil {
 			return err
 		}

@@ -30,7 +30,8 @@ import (
 //     by the daemon, which would open it in the substrate;
 //   - a session keyring of its own;
 //   - execve of each PATH candidate in turn, as execvp does, with exactly
-//     the environment given.
+//     the environment given; or, for a Spec.Role, execveat of the pinned
+//     binary at descriptor 3.
 //
 // Everything it needs is prepared here, in the daemon, before the fork.
 //
@@ -49,6 +50,7 @@ type enterPlan struct {
 	capData    *[2]unix.CapUserData
 	dir        *byte
 	candidates []*byte // paths to try, in order
+	self       bool    // exec this binary (the descriptor at 3) in a role instead
 	argv, envv []*byte
 	pgrp       *int32 // scratch for TIOCSPGRP
 
@@ -59,6 +61,9 @@ type enterPlan struct {
 
 // planEnter prepares the enter step for spec.
 func planEnter(s Spec, limits Limits) (*enterPlan, error) {
+	if s.Role != "" {
+		s.Path, s.Argv, s.Env = "", append([]string{"sandboxd-" + s.Role}, s.Argv...), childproc.Environ(s.Role)
+	}
 	if len(s.Argv) == 0 {
 		return nil, &SetupError{Code: ExitSetup, Msg: "no command given: name the program to run"}
 	}
@@ -80,6 +85,7 @@ func planEnter(s Spec, limits Limits) (*enterPlan, error) {
 		capData:   new([2]unix.CapUserData),
 		pgrp:      new(int32),
 		dirName:   s.Dir,
+		self:      s.Role != "",
 	}
 	if e.dirName == "" {
 		e.dirName = "/"
@@ -107,7 +113,9 @@ func planEnter(s Spec, limits Limits) (*enterPlan, error) {
 		}
 	}
 	var paths []string
-	if strings.Contains(e.name, "/") {
+	if e.self {
+		// No candidates: the binary is the descriptor.
+	} else if strings.Contains(e.name, "/") {
 		e.slash = true
 		paths = []string{e.name}
 	} else {

@@ -113,6 +113,8 @@ func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 		stage    int32
 		e        *enterPlan
 		firstErr syscall.Errno
+		argv     **byte // of execSelf
+		envv     **byte
 		cwd      = unix.AT_FDCWD
 		report   = p.report // the copy's own, which it may move
 	)
@@ -238,12 +240,8 @@ func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 	}
 
 	if p.enter == nil {
-		_, _, errno = syscall.RawSyscall6(unix.SYS_EXECVEAT, uintptr(p.exe),
-			uintptr(unsafe.Pointer(&emptyPath[0])),
-			uintptr(unsafe.Pointer(&p.argv[0])), uintptr(unsafe.Pointer(&p.envv[0])),
-			unix.AT_EMPTY_PATH, 0)
-		stage = stageExec
-		goto fail
+		argv, envv = &p.argv[0], &p.envv[0]
+		goto execSelf
 	}
 
 	// The enter step, in the order enter_linux.go gives.
@@ -333,6 +331,11 @@ func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 		stage = stageKeyring
 		goto fail
 	}
+	if e.self {
+		// A role of this binary, with the enter plan's argv and environment.
+		argv, envv = &e.argv[0], &e.envv[0]
+		goto execSelf
+	}
 	// As execvp: a candidate that is missing is skipped, one that may not be
 	// run is remembered and skipped, anything else ends the search.
 	for i = 0; i < len(e.candidates); i++ {
@@ -352,6 +355,14 @@ func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 	if firstErr != 0 {
 		errno = firstErr
 	}
+	stage = stageExec
+	goto fail
+
+execSelf:
+	_, _, errno = syscall.RawSyscall6(unix.SYS_EXECVEAT, uintptr(p.exe),
+		uintptr(unsafe.Pointer(&emptyPath[0])),
+		uintptr(unsafe.Pointer(argv)), uintptr(unsafe.Pointer(envv)),
+		unix.AT_EMPTY_PATH, 0)
 	stage = stageExec
 
 fail:

@@ -105,6 +105,13 @@ type Spec struct {
 	TTY bool
 	// Caps is the bounding capability set; nil means DefaultCaps.
 	Caps []string
+	// Role, when set, makes the command a child role of this binary (see
+	// childproc), executed from the copy pinned in memory after the same
+	// enter step as any session: a server of sandboxd's own (the file
+	// server) that runs as User, inside the sandbox's view, and runs no
+	// program of the image. Argv are then its arguments after argv[0], and
+	// it gets childproc.Environ(Role) instead of Env.
+	Role string
 }
 
 // DefaultCaps is Docker's default capability set less CAP_NET_RAW: a root

@@ -284,3 +284,7 @@ func sandboxID(t testing.TB, ts *testServer) string {
 func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
 }
+
+// imageFileServers are OpenSSH's file servers, hidden from a sandbox's view
+// so that it is an image without openssh-sftp-server or openssh-client.
+var imageFileServers = []string{"/usr/lib/openssh", "/usr/bin/scp", "/usr/bin/sftp"}

@@ -8,10 +8,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/pkg/sftp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
@@ -20,8 +22,8 @@ import (
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
-// The files the server looks at for a session (the login shell, the
-// sftp-server, /etc/hosts for ssh -L) lie in the filesystem the agent's root
+// The files the server looks at for a session (the login shell, /etc/hosts
+// for ssh -L) lie in the filesystem the agent's root
 // can write; a FIFO planted at any of them must not hang the server.
 
 // runWithin runs command (or asks for subsystem) in a new session of c and
@@ -63,21 +65,43 @@ func runWithin(t *testing.T, c *ssh.Client, d time.Duration, subsystem, command 
 	return out.String(), errb.String(), 0
 }
 
-func TestSFTPSurvivesFifoAtSftpServer(t *testing.T) {
-	const server = "/usr/lib/openssh/sftp-server"
-	if _, err := os.Stat(server); err != nil {
-		t.Skip("needs the image's sftp-server (apt-get install openssh-sftp-server)")
-	}
-	// Absent from this sandbox's view, the sftp-server is made again by the
-	// sandbox's root in the sandbox's own copy of its directory.
-	ts := startServer(t, options{hide: []string{server}})
-	r := ts.sb.Sh(t, "0", "mkfifo "+server)
+// TestFileServersAreNeverTheImages: the file servers are sandboxd's own,
+// whatever the image holds at OpenSSH's paths: here a FIFO where the
+// sftp-server was and an scp that leaves a mark, both made by the sandbox's
+// root in its own copy of their directories.
+func TestFileServersAreNeverTheImages(t *testing.T) {
+	requireTool(t, "scp", "openssh-client")
+	const server, scp = "/usr/lib/openssh/sftp-server", "/usr/bin/scp"
+	ts := startServer(t, options{hide: imageFileServers})
+	r := ts.sb.Sh(t, "0", "mkdir -p /usr/lib/openssh && mkfifo "+server+" && printf '#!/bin/sh\\ntouch /tmp/image-scp-ran\\n' >"+scp+" && chmod 755 "+scp)
 	require.Equal(t, 0, r.Code, r.Stderr)
 	sandboxtest.ReleaseFIFOAtCleanup(t, ts.sb.InView(server))
 
 	c := sandboxtest.DialSSH(t, ts.addr, ts.agentSign)
-	_, stderr, _ := runWithin(t, c, 10*time.Second, "sftp", "")
-	assert.Contains(t, stderr, "sftp is not available", "a FIFO is no sftp-server")
+	sess, err := c.NewSession()
+	require.NoError(t, err)
+	defer sess.Close()
+	client, err := sftp.NewClient(c)
+	require.NoError(t, err, "sftp starts with a FIFO at the image's sftp-server")
+	f, err := client.Create("via-sftp.txt")
+	require.NoError(t, err)
+	_, err = f.Write([]byte("hello\n"))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.NoError(t, client.Close())
+	b, err := os.ReadFile(filepath.Join(ts.workdir, "via-sftp.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, "hello\n", string(b))
+
+	src := filepath.Join(t.TempDir(), "src.txt")
+	require.NoError(t, os.WriteFile(src, []byte("legacy\n"), 0o644))
+	res := run(t, exec.Command("scp", append(ts.sshOpts(ts.agentKey), "-P", ts.port, "-O", src, "agent@127.0.0.1:via-legacy.txt")...), "")
+	require.Equal(t, 0, res.code, res.stderr)
+	b, err = os.ReadFile(filepath.Join(ts.workdir, "via-legacy.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, "legacy\n", string(b))
+	r = ts.sb.Sh(t, "0", "test -e /tmp/image-scp-ran")
+	assert.NotEqual(t, 0, r.Code, "the image's scp ran")
 }
 
 func TestSessionSurvivesFifoLoginShell(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/pkg/sftp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
@@ -510,24 +511,39 @@ func TestShutdownWaitsForSessionsThenCloses(t *testing.T) {
 	assert.Error(t, err, "no new connections after Shutdown")
 }
 
-func TestSFTPWithoutAnImageServerIsRefusedWithTheReason(t *testing.T) {
-	// The sandbox's view lacks sftp-server even where the host has one.
-	ts := startServer(t, options{hide: []string{"/usr/lib/openssh"}})
+// TestSFTPWithoutAnImageServer: the subsystem is served on an image
+// without OpenSSH's sftp-server, and ends with an exit status, as sshd's.
+func TestSFTPWithoutAnImageServer(t *testing.T) {
+	ts := startServer(t, options{hide: imageFileServers})
 	c := ts.client(t, ts.agentSign)
 	ch, reqs, err := c.OpenChannel("session", nil)
 	require.NoError(t, err)
 	defer ch.Close()
 	ok, err := ch.SendRequest("subsystem", true, ssh.Marshal(struct{ Name string }{"sftp"}))
 	require.NoError(t, err)
-	require.True(t, ok, "accepted, so that the reason can follow")
-	errOut, err := io.ReadAll(ch.Stderr())
+	require.True(t, ok)
+	// Closing the client sends EOF, as OpenSSH's sftp does, and the server
+	// answers with the status before it closes.
+	client, err := sftp.NewClientPipe(ch, eofOnClose{ch})
 	require.NoError(t, err)
-	assert.Contains(t, string(errOut), "openssh-sftp-server")
+	wd, err := client.Getwd()
+	require.NoError(t, err)
+	assert.Equal(t, ts.workdir, wd, "sftp starts in the agent's working directory")
+	require.NoError(t, client.Mkdir("made"))
+	st, err := client.Stat("made")
+	require.NoError(t, err)
+	assert.True(t, st.IsDir())
+	require.NoError(t, client.Close())
 	req := <-reqs
 	require.NotNil(t, req)
 	assert.Equal(t, "exit-status", req.Type)
-	assert.Equal(t, ssh.Marshal(struct{ Status uint32 }{125}), req.Payload)
+	assert.Equal(t, ssh.Marshal(struct{ Status uint32 }{0}), req.Payload)
 }
+
+// eofOnClose closes a channel's writing side only.
+type eofOnClose struct{ ssh.Channel }
+
+func (c eofOnClose) Close() error { return c.CloseWrite() }
 
 func TestBreakRequest(t *testing.T) {
 	ts := startServer(t, options{})

@@ -32,10 +32,11 @@
 //     env requests that pass the allowlist (LANG, LC_*, TERM, AcceptEnv).
 //   - Sessions start in the agent's working directory, not in $HOME, for
 //     exec, shell and sftp alike (`scp f host:` lands in the workdir).
-//   - sftp runs the image's own sftp-server, joined as the agent user. When
-//     the image has none, the subsystem is refused with the reason: serving
-//     SFTP ourselves would need a process of ours inside the sandbox. `scp -O`
-//     (legacy protocol) needs the image's scp the same way.
+//   - sftp, and the legacy scp server (an exec of `scp -t` or `scp -f`
+//     without a pty), are sandboxd's own (pkg/sftpd), joined as the agent
+//     user like any session, whatever the image has: no image needs
+//     OpenSSH's sftp-server or scp, and no program the agent may have
+//     rewritten handles the harness's files.
 //   - tcpip-forward (ssh -R) is refused: nothing in the sandbox may listen
 //     on the substrate's network.
 //   - A pty session ignores the client's EOF, as sshd does; a pipe session
@@ -118,6 +119,9 @@ const (
 	maxEnvVars           = 256
 	maxEnvBytes          = 256 << 10
 )
+
+// serverVersion is the SSH banner.
+const serverVersion = "SSH-2.0-sandboxd SFTP-as-OpenSSH"
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("sshd: server closed")
@@ -212,7 +216,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.sshConfig = &ssh.ServerConfig{
 		PublicKeyCallback: s.authenticate,
-		ServerVersion:     "SSH-2.0-sandboxd",
+		// "OpenSSH" in the comment tells clients that tell servers apart by
+		// it (asyncssh) that SFTP's SYMLINK takes its arguments in
+		// OpenSSH's order, as pkg/sftp does; OpenSSH's own quirk patterns
+		// match from the start and never match this
+		// (docs/failures.md#sftp-symlinks-point-the-right-way).
+		ServerVersion: serverVersion,
 		AuthLogCallback: func(md ssh.ConnMetadata, method string, err error) {
 			if err != nil && method == "publickey" && !errors.Is(err, ssh.ErrNoAuth) {
 				s.log.Debug("ssh auth refused", "remote", md.RemoteAddr().String(), "user", md.User(), "err", err)

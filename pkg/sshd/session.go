@@ -15,21 +15,11 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/sandboxd/sandboxd/internal/records"
 	"github.com/sandboxd/sandboxd/pkg/join"
 	"github.com/sandboxd/sandboxd/pkg/ptyrelay"
+	"github.com/sandboxd/sandboxd/pkg/sftpd"
 )
-
-// sftpServers are where images keep OpenSSH's sftp-server (Debian/Ubuntu,
-// Fedora/RHEL, Alpine/Arch, and the odd local build).
-var sftpServers = []string{
-	"/usr/lib/openssh/sftp-server",
-	"/usr/libexec/openssh/sftp-server",
-	"/usr/lib/ssh/sftp-server",
-	"/usr/libexec/ssh/sftp-server",
-	"/usr/libexec/sftp-server",
-	"/usr/lib/sftp-server",
-	"/usr/local/libexec/sftp-server",
-}
 
 // Exit codes sandboxd reports itself, as docker and timeout(1) do.
 const (
@@ -294,22 +284,15 @@ func (ss *session) start(req *ssh.Request) {
 	switch req.Type {
 	case "exec":
 		spec.Argv = []string{shell, "-c", command}
+		if args, ok := sftpd.SCP(command); ok && ss.pty == nil {
+			// The legacy scp server is sandboxd's own, as sftp is.
+			spec.Role, spec.Argv = sftpd.Role, args
+		}
 	case "shell":
 		// A login shell: argv[0] starts with '-', as login(1) and sshd do.
 		spec.Path, spec.Argv = shell, []string{"-" + filepath.Base(shell)}
 	case "subsystem":
-		server := ""
-		for _, p := range sftpServers {
-			if ss.c.s.executableInSandbox(p) {
-				server = p
-				break
-			}
-		}
-		if server == "" {
-			ss.fail(exitSetup, "sftp is not available: the image has no sftp-server (install openssh-sftp-server in the image); `scp -O` uses the legacy protocol and needs scp in the image")
-			return
-		}
-		spec.Argv = []string{server}
+		spec.Role, spec.Argv = sftpd.Role, sftpd.SFTP
 		// A file server never gets a terminal.
 		ss.mu.Lock()
 		ss.pty, ss.rec.PTY, ss.rec.Term = nil, false, ""
@@ -395,6 +378,9 @@ func (ss *session) wait(relay *ptyrelay.Session) {
 	if exit.Err != nil {
 		ss.c.log.Error("ssh session status lost", "id", ss.rec.ID, "err", exit.Err)
 	}
+	ss.mu.Lock()
+	ss.rec.Via, ss.rec.Usage = "ssh", records.UsageOf(exit.Rusage)
+	ss.mu.Unlock()
 	e := exitInfo{Code: exit.Code, Signal: exit.SignalName(), Core: exit.Core}
 	if ended == "timeout" {
 		msg := fmt.Sprintf("sandboxd: session timeout (%s) elapsed; its processes were killed", ss.c.s.cfg.SessionTimeout)

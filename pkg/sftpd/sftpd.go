@@ -1,0 +1,79 @@
+// Package sftpd is sandboxd's own file server: the `sftp` subsystem (with
+// github.com/pkg/sftp) and the legacy scp sink and source (`scp -t`,
+// `scp -f`), so that files move in and out on any image, also one without
+// OpenSSH's sftp-server or scp (Debian, Ubuntu and python-slim images ship
+// neither).
+//
+// It runs as a child role of the pinned binary, started through pkg/join's
+// enter step exactly as a session is (Spec.Role): as the session's agent
+// user, with the session's capabilities, seccomp filter and limits, in the
+// sandbox's namespaces, in the agent's working directory. So every path it
+// resolves, a symlink's target included, resolves inside the sandbox's view,
+// where the harness dir is absent: nothing here needs to guard against
+// escaping to the substrate, and the kernel's permission checks are the
+// agent user's. Its stdin and stdout are the SSH channel.
+//
+// sandboxd serves its own always, even where the image has OpenSSH's: the
+// harness moves the task's inputs and the agent's artifacts through it, and
+// a program of the image is one the agent may have rewritten.
+package sftpd
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/pkg/sftp"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/childproc"
+)
+
+// Role is the child role's name (join.Spec.Role).
+const Role = "files"
+
+// SFTP is the role's arguments for the sftp subsystem (join.Spec.Argv).
+var SFTP = []string{"sftp"}
+
+func init() { childproc.Add(Role, run) }
+
+// run is the role: argv after its name is "sftp", or "scp" and the legacy
+// server's arguments (SCP).
+func run(args []string) int {
+	// Descriptor 3 is this binary (join.Cmd); nothing here needs it.
+	unix.Close(3)
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "sandboxd: the file server needs a protocol (sftp or scp)")
+		return 2
+	}
+	switch args[0] {
+	case "sftp":
+		return serveSFTP(os.Stdin, os.Stdout)
+	case "scp":
+		return serveSCP(args[1:], os.Stdin, os.Stdout, os.Stderr)
+	}
+	fmt.Fprintf(os.Stderr, "sandboxd: unknown file protocol %q\n", args[0])
+	return 2
+}
+
+// stdio is the channel as one stream for the sftp server.
+type stdio struct {
+	io.Reader
+	io.WriteCloser
+}
+
+// serveSFTP serves SFTP v3 with OpenSSH's extensions (posix-rename,
+// statvfs, hardlink, fsync) until the client closes the channel. Paths are
+// relative to the working directory, as OpenSSH's sftp-server has them.
+func serveSFTP(in io.Reader, out io.WriteCloser) int {
+	srv, err := sftp.NewServer(stdio{in, out})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxd: sftp server: %v\n", err)
+		return 1
+	}
+	if err := srv.Serve(); err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxd: sftp server: %v\n", err)
+		return 1
+	}
+	return 0
+}
