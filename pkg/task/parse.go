@@ -76,6 +76,11 @@ func Parse(name string, data []byte) (*Task, error) {
 		d.unsupported(p, "multi-step tasks",
 			"[[steps]] asks for several agent and verifier rounds; sandboxd serves one agent phase and one verify phase per rollout. Serve each step as its own task")
 	}
+	if root.has("multi_step_reward_strategy") {
+		_, p, _ := root.take("multi_step_reward_strategy")
+		d.unsupported(p, "multi-step tasks",
+			"multi_step_reward_strategy combines the rewards of [[steps]], which sandboxd does not serve; remove it, and serve each step as its own task")
+	}
 	root.done()
 
 	if err := d.err(); err != nil {
@@ -135,6 +140,10 @@ func readArtifacts(root *table) []Artifact {
 			art.Destination, _ = tb.str("destination")
 			art.Exclude, _ = tb.strings("exclude", `["*.tmp"]`)
 			art.Service, _ = tb.str("service")
+			refuseSidecar(tb, art.Service, "an artifact")
+			if strings.TrimSuffix(art.Destination, "/") == "manifest.json" {
+				root.d.fail(ep.Child("destination"), `"manifest.json" is reserved for the list of what was collected: choose another destination`)
+			}
 			if art.Source != "" && slices.Contains(strings.Split(art.Source, "/"), "..") {
 				root.d.fail(ep.Child("source"), "must not contain '..': write the path inside the environment")
 			}
@@ -153,6 +162,12 @@ func readArtifacts(root *table) []Artifact {
 func readInfo(tb *table) Info {
 	var in Info
 	in.Name, _ = tb.str("name")
+	if v, ok := tb.str("version"); ok {
+		if v == "" {
+			tb.d.fail(tb.at.Child("version"), `the task package's version cannot be empty: write version = "1.0.0", or remove it`)
+		}
+		in.Version = v
+	}
 	in.Description, _ = tb.str("description")
 	in.Keywords, _ = tb.strings("keywords", `["python", "debugging"]`)
 	elems, p, ok := tb.array("authors", `authors = [{name = "Jane Doe", email = "jane@example.com"}]`)
@@ -225,6 +240,7 @@ func (t *Task) readVerifier(v *table) {
 			v.d.fail(v.at.Child("environment_mode"), `%q is not a verifier environment mode: write "shared"`, mode)
 		}
 	}
+	t.Verifier.Collect = readCollect(v)
 	if v.has("environment") {
 		_, p, _ := v.take("environment")
 		v.d.unsupported(p, "a separate verifier environment",
@@ -295,6 +311,18 @@ func (t *Task) readEnvironment(env *table) {
 		if env.has(k) {
 			_, p, _ := env.take(k)
 			d.unsupported(p, "TPUs", "sandboxd passes only GPU device nodes through; remove ["+p.String()+"] or run the task with Harbor's GKE environment")
+		}
+	}
+	if v, p, ok := env.take("mcp_servers"); ok {
+		if l, isList := v.([]any); !isList || len(l) > 0 {
+			d.unsupported(p, "MCP servers",
+				"Harbor hands [[environment.mcp_servers]] to the agent it installs; sandboxd installs no agent to configure. Configure the agent's MCP servers in the harness that runs it, and remove the section")
+		}
+	}
+	if v, p, ok := env.take("skills_dir"); ok {
+		if s, isStr := v.(string); !isStr || s != "" {
+			d.unsupported(p, "agent skills",
+				"Harbor copies skills_dir into the skills directory of the agent it installs; sandboxd installs no agent. Give the agent its skills in the harness that runs it, and remove skills_dir")
 		}
 	}
 	e.Env = t.readEnv(env, "environment.env")
@@ -417,4 +445,46 @@ func readHealthcheck(hc *table) *Healthcheck {
 		}
 	}
 	return h
+}
+
+// readCollect reads [[verifier.collect]]: each hook a command, with Harbor's
+// defaults.
+func readCollect(v *table) []CollectHook {
+	hooks, ok := v.tables("collect")
+	if !ok {
+		return nil
+	}
+	var out []CollectHook
+	for _, tb := range hooks {
+		h := CollectHook{Service: mainService, Timeout: DefaultCollectTimeout}
+		if cmd, ok := tb.str("command"); ok && strings.TrimSpace(cmd) != "" {
+			h.Command = cmd
+		} else if !tb.has("command") || ok {
+			tb.d.fail(tb.at.Child("command"), `a collect hook needs a command: write command = "pg_dump app > /app/dump.sql"`)
+		}
+		if s, ok := tb.str("service"); ok {
+			h.Service = s
+			refuseSidecar(tb, s, "a collect hook")
+		}
+		if d, ok := tb.seconds("timeout_sec", false, "60"); ok {
+			h.Timeout = d
+		}
+		h.User = readUser(tb)
+		tb.done()
+		out = append(out, h)
+	}
+	return out
+}
+
+// mainService is the compose service of the agent's own container.
+const mainService = "main"
+
+// refuseSidecar refuses a service other than main: sandboxd serves the main
+// container, and a sidecar's files and processes are out of its reach.
+func refuseSidecar(tb *table, service, what string) {
+	if service == "" || service == mainService {
+		return
+	}
+	tb.d.unsupported(tb.at.Child("service"), "artifacts and collect hooks of a sidecar",
+		fmt.Sprintf("%s in service %q runs outside the container sandboxd serves; collect it from the main service (write service = \"main\" or leave it out), or run the task with Harbor's compose environment", what, service))
 }

@@ -303,7 +303,6 @@ ANY_NAME = "is fine"
 	assert.Equal(t, []string{
 		`task.toml:2: unknown key "colour" (ignored)`,
 		`task.toml:6: unknown key "verifier.retries" (ignored)`,
-		`task.toml:10: unknown key "environment.mcp_servers" (ignored)`,
 		`task.toml:11: unknown key "environment.skills" (ignored)`,
 		`task.toml:15: unknown key "environment.healthcheck.grace" (ignored)`,
 		`task.toml:19: unknown key "task.authors[0].pronouns" (ignored)`,
@@ -339,6 +338,11 @@ func TestParse_Unsupported(t *testing.T) {
 		{"inline steps", "steps = [{ name = \"a\" }]", "multi-step tasks", "task.toml:1: steps"},
 		{"separate verifier", "[verifier]\nenvironment_mode = \"separate\"", "a separate verifier environment", "task.toml:2: verifier.environment_mode"},
 		{"verifier environment table", "[verifier.environment]\ndocker_image = \"x\"", "a separate verifier environment", "task.toml:1: verifier.environment"},
+		{"multi-step reward strategy", "schema_version = \"1.4\"\nmulti_step_reward_strategy = \"mean\"", "multi-step tasks", "task.toml:2: multi_step_reward_strategy"},
+		{"mcp servers", "[[environment.mcp_servers]]\nname = \"fs\"\ntransport = \"stdio\"\ncommand = \"mcp-fs\"", "MCP servers", "task.toml:1: environment.mcp_servers"},
+		{"skills dir", "[environment]\nskills_dir = \"/skills\"", "agent skills", "task.toml:2: environment.skills_dir"},
+		{"sidecar artifact", "artifacts = [{ source = \"/data/dump.sql\", service = \"db\" }]", "artifacts and collect hooks of a sidecar", "task.toml:1: artifacts[0].service"},
+		{"sidecar collect hook", "[[verifier.collect]]\ncommand = \"pg_dump\"\nservice = \"db\"", "artifacts and collect hooks of a sidecar", "task.toml:3: verifier.collect[0].service"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -404,4 +408,48 @@ func TestParse_OneProblemIsReturnedBare(t *testing.T) {
 	fe, ok := err.(*FieldError)
 	require.True(t, ok, "got %T", err)
 	assert.Equal(t, Pos{File: "task.toml", Line: 2, Key: "agent.timeout_sec"}, fe.Pos)
+}
+
+// Schema 1.4's keys that sandboxd honours are read with Harbor's defaults.
+func TestParse_Schema14(t *testing.T) {
+	tk := parse(t, `schema_version = "1.4"
+artifacts = ["/app/out.json", { source = "/app/logs", destination = "logs", exclude = ["*.tmp"], service = "main" }]
+
+[task]
+name = "example/collect"
+version = "2.1.0"
+
+[environment]
+mcp_servers = []
+
+[[verifier.collect]]
+command = "sqlite3 /app/db .dump > /app/dump.sql"
+
+[[verifier.collect]]
+command = "cp /app/state /app/state.snapshot"
+service = "main"
+timeout_sec = 5
+user = "app"
+`)
+	assert.Empty(t, tk.Warnings)
+	assert.Equal(t, "2.1.0", tk.Info.Version)
+	assert.Equal(t, []CollectHook{
+		{Command: "sqlite3 /app/db .dump > /app/dump.sql", Service: "main", Timeout: DefaultCollectTimeout},
+		{Command: "cp /app/state /app/state.snapshot", Service: "main", Timeout: 5 * time.Second, User: "app"},
+	}, tk.Verifier.Collect)
+	assert.Equal(t, []Artifact{
+		{Source: "/app/out.json"},
+		{Source: "/app/logs", Destination: "logs", Exclude: []string{"*.tmp"}, Service: "main"},
+	}, tk.Artifacts)
+
+	for _, tt := range []struct{ src, want string }{
+		{"[[verifier.collect]]\ntimeout_sec = 5", "task.toml:1: verifier.collect[0].command: a collect hook needs a command"},
+		{"[[verifier.collect]]\ncommand = \"x\"\ntimeout_sec = 0", "task.toml:3: verifier.collect[0].timeout_sec: must be positive seconds"},
+		{"[task]\nname = \"a/b\"\nversion = \"\"", "task.toml:3: task.version: the task package's version cannot be empty"},
+		{"artifacts = [{ source = \"/x\", destination = \"manifest.json\" }]", "task.toml:1: artifacts[0].destination: \"manifest.json\" is reserved"},
+	} {
+		_, err := Parse("task.toml", []byte(tt.src))
+		require.Error(t, err, tt.src)
+		assert.Contains(t, err.Error(), tt.want)
+	}
 }

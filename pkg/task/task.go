@@ -44,6 +44,7 @@ type Task struct {
 // Info is the [task] section: the task's package identity.
 type Info struct {
 	Name        string   // "org/name"
+	Version     string   // version: the task package's version, any non-empty string
 	Description string   // one paragraph
 	Authors     []Author // authors
 	Keywords    []string // keywords
@@ -60,8 +61,21 @@ type Artifact struct {
 	Source      string   // path in the environment
 	Destination string   // path under the trial's artifacts directory; "" = derived from Source
 	Exclude     []string // patterns left out of a directory
-	Service     string   // compose service; "" = main
+	Service     string   // compose service: "" or "main" (a sidecar's is refused)
 }
+
+// CollectHook is one [[verifier.collect]] entry: a command run after the
+// verifier, before the artifacts are collected, to snapshot state into
+// files that artifacts can name.
+type CollectHook struct {
+	Command string        // command, run with bash -c
+	Service string        // service: "main" (a sidecar's is refused)
+	Timeout time.Duration // timeout_sec; default 60 s
+	User    string        // user; "" = the verifier's
+}
+
+// DefaultCollectTimeout is Harbor's timeout of a collect hook.
+const DefaultCollectTimeout = 60 * time.Second
 
 // Verifier is the [verifier] section.
 type Verifier struct {
@@ -70,6 +84,7 @@ type Verifier struct {
 	User         string        // user ("name", "uid", "uid:gid", ...); "" = the image's USER
 	NetworkMode  NetworkMode   // network_mode; "" = inherit the environment's (see Task.VerifierNetwork)
 	AllowedHosts []string      // allowed_hosts, normalised
+	Collect      []CollectHook // [[verifier.collect]], in file order
 }
 
 // Agent is the [agent] section.
