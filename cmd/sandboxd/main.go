@@ -38,7 +38,7 @@ var commands = map[string]command{
 	"cp":      {"copy files between the sandbox and here, as docker cp does", runCp},
 	"grade":   {"run the task's verifier and print the verdict", runGrade},
 	"keys":    {"print the generated agent SSH private key, or authorize agent keys (--authorize)", runKeys},
-	"records": {"list the recorded sessions as JSON", runOp[daemon.Records]("records")},
+	"records": {"list the recorded sessions as JSON Lines", runRecords},
 	"status":  {"print the running daemon's state as JSON", runOp[daemon.Status]("status")},
 	"stop":    {"stop the running daemon and its sandbox", runOp[daemon.Stopping]("stop")},
 	"trial":   {"serve a task on this machine, run an agent, grade, stop", runTrial},

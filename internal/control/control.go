@@ -61,6 +61,10 @@ type Request struct {
 	// keys --authorize: authorized_keys lines added to the agent keys
 	Authorize string `json:"authorize,omitempty"`
 
+	// records
+	Since   string `json:"since,omitempty"`   // an RFC 3339 time, or a duration back from now
+	Session string `json:"session,omitempty"` // a record's id
+
 	// cp (User names the owner of what is copied in)
 	Copy *Copy `json:"copy,omitempty"`
 }

@@ -3,8 +3,10 @@ package daemon
 import (
 	"context"
 	"net"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/internal/records"
 	"github.com/sandboxd/sandboxd/pkg/tarcopy"
 )
 
@@ -28,11 +30,13 @@ func (d *Daemon) copy(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 		}
 		owner = u
 	}
-	exit, _, err := tarcopy.Serve(ctx, conn, d.target, *req.Copy, owner)
+	start := time.Now()
+	exit, state, err := tarcopy.Serve(ctx, conn, d.target, *req.Copy, owner)
 	if err != nil {
 		fail(err.Error())
 		return
 	}
+	d.recordCopy(req, owner, start, exit, records.UsageOf(state.SysUsage()))
 	conn.WriteJSON(control.KindExit, exit)
 	d.log.Info("cp ended", "path", req.Copy.Path, "out", req.Copy.Out, "code", exit.Code)
 	if uc, ok := nc.(*net.UnixConn); ok {

@@ -22,6 +22,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/harness"
 	"github.com/sandboxd/sandboxd/internal/masks"
 	"github.com/sandboxd/sandboxd/internal/reaper"
+	"github.com/sandboxd/sandboxd/internal/records"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
@@ -76,6 +77,8 @@ type Daemon struct {
 	// leftovers keeps reading the output of background processes that
 	// outlive their exec, so they never die of SIGPIPE.
 	leftovers *ptyrelay.Leftovers
+	// recs is the record of every session, for both doors (records.go).
+	recs *records.Log
 
 	// gradeMu makes gradings take turns for the room set aside for them.
 	gradeMu    sync.Mutex
@@ -327,6 +330,9 @@ func (d *Daemon) serve(ctx context.Context) (err error) {
 	}()
 	down.Add(reaper.Start(d.log))
 	down.Add(d.leftovers.Close)
+	if d.recs, err = records.Open(d.harnessPath("records")); err != nil {
+		return err
+	}
 
 	if err := d.net.Start(ctx, egress.StartConfig{
 		Listen:        d.target.Listen,

@@ -63,11 +63,12 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 		stdinR, stdinW = io.Pipe()
 		defer stdinW.Close()
 	}
+	rec := d.recordExec(req, user)
 	cfg := ptyrelay.Config{
 		Target:    d.target,
 		Spec:      join.Spec{User: user, Env: env, Dir: dir, Argv: req.Argv},
-		Stdout:    control.Writer{C: conn, Kind: control.KindStdout},
-		Stderr:    control.Writer{C: conn, Kind: control.KindStderr},
+		Stdout:    rec.stdout(control.Writer{C: conn, Kind: control.KindStdout}),
+		Stderr:    rec.stderr(control.Writer{C: conn, Kind: control.KindStderr}),
 		Leftovers: d.leftovers,
 	}
 	if stdinR != nil {
@@ -80,9 +81,11 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 	if err != nil {
 		var se *join.SetupError
 		if errors.As(err, &se) {
+			rec.finish(ptyrelay.Exit{}, se.Code, se.Msg)
 			fail(se.Code, "%s", se.Msg)
 			return
 		}
+		rec.finish(ptyrelay.Exit{}, 125, err.Error())
 		fail(125, "%v", err)
 		return
 	}
@@ -103,6 +106,7 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 			case control.KindStdin:
 				if stdinW != nil {
 					stdinW.Write(payload)
+					rec.input(len(payload))
 				}
 			case control.KindEOF:
 				if stdinW != nil {
@@ -112,6 +116,7 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 				var r control.Resize
 				if json.Unmarshal(payload, &r) == nil {
 					sess.Resize(ptyrelay.Size{Cols: uint32(r.Cols), Rows: uint32(r.Rows)})
+					rec.resize(r.Cols, r.Rows)
 				}
 			case control.KindSignal:
 				if sig, ok := ptyrelay.ParseSignal(string(payload)); ok {
@@ -127,13 +132,14 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 		defer t.Stop()
 		timer = t.C
 	}
-	timedOut := false
+	timedOut, ended := false, ""
 	select {
 	case <-sess.Done():
 	case <-timer:
-		timedOut = true
+		timedOut, ended = true, "timeout"
 		sess.Kill()
 	case <-clientGone:
+		ended = "disconnect"
 		sess.Kill()
 	case <-ctx.Done():
 		sess.Kill()
@@ -149,6 +155,7 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 	if timedOut {
 		exit.Code = 124
 	}
+	rec.finish(e, exit.Code, ended)
 	conn.WriteJSON(control.KindExit, exit)
 	d.log.Info("exec ended", "argv", req.Argv, "uid", user.UID, "code", exit.Code, "signal", exit.Signal, "timed_out", timedOut)
 	// Let the client read the exit before the connection closes.

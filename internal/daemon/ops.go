@@ -13,7 +13,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/pkg/grade"
-	"github.com/sandboxd/sandboxd/pkg/sshd"
 )
 
 // Result is an operation's typed answer. The control socket sends it as one
@@ -135,6 +134,12 @@ func (d *Daemon) harnessCommand(_ context.Context, command string, stdout, stder
 			req.GradeTimeout = fields[i]
 		case name == "grade" && fields[i] == "--json":
 			asJSON = true
+		case name == "records" && fields[i] == "--since" && i+1 < len(fields):
+			i++
+			req.Since = fields[i]
+		case name == "records" && fields[i] == "--session" && i+1 < len(fields):
+			i++
+			req.Session = fields[i]
 		case name == "keys" && fields[i] == "--authorize":
 			// The key line is the rest of the command: ssh joins its words.
 			req.Authorize = strings.Join(fields[i+1:], " ")
@@ -223,23 +228,6 @@ func (d *Daemon) keys(req control.Request) (Keys, error) {
 		return Keys{}, &control.Failure{Code: 125, Message: "the agent keys were given to serve (--authorized-keys or SANDBOXD_AUTHORIZED_KEYS); it holds no private key to print"}
 	}
 	return Keys{PrivateKey: string(d.ssh.agentKey)}, nil
-}
-
-// Records are the recorded sessions, oldest first.
-type Records []sshd.Record
-
-// Print writes the records as one JSON document.
-func (r Records) Print(stdout, _ io.Writer) int { return printJSON(stdout, r) }
-
-func (d *Daemon) records(control.Request) (Records, error) {
-	if d.ssh == nil {
-		return Records{}, nil
-	}
-	recs, err := sshd.ReadRecords(d.ssh.recordsDir)
-	if recs == nil {
-		recs = []sshd.Record{}
-	}
-	return recs, err
 }
 
 // Stopping is what stop answers, as the daemon begins to stop.

@@ -99,6 +99,8 @@ type Exit struct {
 	Signal syscall.Signal // the signal that killed it, or 0
 	Core   bool           // it dumped core
 	Err    error          // the status could not be read (Code is then 255)
+	// Rusage is what wait4 reported the command used, or nil.
+	Rusage *syscall.Rusage
 }
 
 // SignalName is the signal's name without "SIG", as SSH's exit-signal
@@ -410,6 +412,7 @@ func (s *Session) waitExit() {
 		if ws, isWS := s.cmd.ProcessState.Sys().(syscall.WaitStatus); isWS && ws.Signaled() {
 			exit.Core = ws.CoreDump()
 		}
+		exit.Rusage, _ = s.cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	} else {
 		exit.Code, exit.Err = 255, fmt.Errorf("wait for session pid %d: %w", s.cmd.Process.Pid, werr)
 	}

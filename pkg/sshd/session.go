@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/sandboxd/sandboxd/internal/records"
 	"github.com/sandboxd/sandboxd/pkg/join"
 	"github.com/sandboxd/sandboxd/pkg/ptyrelay"
 	"github.com/sandboxd/sandboxd/pkg/sftpd"
@@ -377,6 +378,9 @@ func (ss *session) wait(relay *ptyrelay.Session) {
 	if exit.Err != nil {
 		ss.c.log.Error("ssh session status lost", "id", ss.rec.ID, "err", exit.Err)
 	}
+	ss.mu.Lock()
+	ss.rec.Via, ss.rec.Usage = "ssh", records.UsageOf(exit.Rusage)
+	ss.mu.Unlock()
 	e := exitInfo{Code: exit.Code, Signal: exit.SignalName(), Core: exit.Core}
 	if ended == "timeout" {
 		msg := fmt.Sprintf("sandboxd: session timeout (%s) elapsed; its processes were killed", ss.c.s.cfg.SessionTimeout)
