@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -161,4 +162,216 @@ func TestFilesInAndOutWithEveryClient(t *testing.T) {
 			}
 		})
 	}
+}
+
+// entry is what a tree comparison looks at of one path.
+type entry struct {
+	Kind  string      // file, dir, link
+	Perm  os.FileMode // permissions with setuid, setgid and sticky; none for a link
+	Link  string      // a link's target
+	Sum   string      // a file's SHA-256
+	MTime int64       // a file's mtime in seconds
+}
+
+// snapshot describes the tree below root by relative path. With follow,
+// links are described as what they point at, as scp copies them.
+func snapshot(t *testing.T, root string, follow bool) map[string]entry {
+	t.Helper()
+	out := map[string]entry{}
+	var walk func(rel string)
+	walk = func(rel string) {
+		p := filepath.Join(root, rel)
+		st, err := os.Lstat(p)
+		require.NoError(t, err)
+		if follow && st.Mode()&os.ModeSymlink != 0 {
+			st, err = os.Stat(p)
+			require.NoError(t, err)
+		}
+		e := entry{Perm: st.Mode() & (os.ModePerm | os.ModeSetuid | os.ModeSetgid | os.ModeSticky)}
+		switch {
+		case st.Mode()&os.ModeSymlink != 0:
+			e.Kind, e.Perm = "link", 0
+			e.Link, err = os.Readlink(p)
+			require.NoError(t, err)
+		case st.IsDir():
+			e.Kind = "dir"
+			names, err := os.ReadDir(p)
+			require.NoError(t, err)
+			for _, n := range names {
+				walk(filepath.Join(rel, n.Name()))
+			}
+		default:
+			e.Kind, e.Sum, e.MTime = "file", sha(t, p), st.ModTime().Unix()
+		}
+		if rel != "." {
+			out[rel] = e
+		}
+	}
+	walk(".")
+	return out
+}
+
+// makeTree is a tree with what harnesses lose: empty directories, modes
+// (executable, private, read-only), old times, an empty file, and a
+// symlink. (OpenSSH's scp refuses a link to a directory in SFTP mode, on
+// its side.)
+func makeTree(t *testing.T, root string) {
+	t.Helper()
+	old := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{"empty", 0o755}, {"private", 0o750}, {"bin", 0o755}, {"deep/er/est", 0o700}} {
+		require.NoError(t, os.MkdirAll(filepath.Join(root, d.path), 0o755))
+		require.NoError(t, os.Chmod(filepath.Join(root, d.path), d.mode))
+	}
+	for _, f := range []struct {
+		path string
+		mode os.FileMode
+		data string
+	}{
+		{"data.txt", 0o644, "data\n"}, {"ro.txt", 0o444, "read only\n"}, {"bin/run.sh", 0o755, "#!/bin/sh\necho run\n"},
+		{"private/secret.txt", 0o600, "mine\n"}, {"deep/er/est/leaf", 0o640, "leaf\n"}, {"zero", 0o644, ""},
+	} {
+		p := filepath.Join(root, f.path)
+		require.NoError(t, os.WriteFile(p, []byte(f.data), 0o600))
+		require.NoError(t, os.Chmod(p, f.mode))
+		require.NoError(t, os.Chtimes(p, old, old))
+	}
+	require.NoError(t, os.Symlink("data.txt", filepath.Join(root, "link-file")))
+}
+
+// agentOwnsAll asserts that every path below root is the agent user's.
+func agentOwnsAll(t *testing.T, root string) {
+	t.Helper()
+	require.NoError(t, filepath.WalkDir(root, func(p string, _ os.DirEntry, err error) error {
+		require.NoError(t, err)
+		assert.Equal(t, "1000:1000", owner(t, p), "%s is the agent user's", p)
+		return nil
+	}))
+}
+
+func TestTreesKeepModesLinksAndEmptyDirectories(t *testing.T) {
+	requireTool(t, "scp", "openssh-client")
+	fs := startFilesServer(t)
+	tree := filepath.Join(fs.local, "tree")
+	makeTree(t, tree)
+	back := filepath.Join(fs.local, "back")
+	require.NoError(t, os.Mkdir(back, 0o755))
+	followed := snapshot(t, tree, true)
+
+	for _, tc := range []struct {
+		name string
+		want map[string]entry // of the copy inside and of the copy back
+		run  func(t *testing.T, remote string)
+	}{
+		// Every client copies what a link points at: scp always, and
+		// asyncssh when told to (its copy of a link as a link sets the
+		// link's mode on its target, through SETSTAT, as it would with
+		// OpenSSH's server). Links as links: TestSFTPExtensionsAsOpenSSH
+		// and the Python scripts.
+		{"openssh-scp", followed, func(t *testing.T, remote string) {
+			r := run(t, exec.Command("scp", append(fs.base(), "-r", "-p", tree, "agent@127.0.0.1:"+remote)...), "")
+			require.Equal(t, 0, r.code, "scp -r up: %s", r.stderr)
+			r = run(t, exec.Command("scp", append(fs.base(), "-r", "-p", "agent@127.0.0.1:"+remote, back)...), "")
+			require.Equal(t, 0, r.code, "scp -r down: %s", r.stderr)
+		}},
+		{"openssh-scp-legacy", followed, func(t *testing.T, remote string) {
+			r := run(t, exec.Command("scp", append(fs.base(), "-O", "-r", "-p", tree, "agent@127.0.0.1:"+remote)...), "")
+			require.Equal(t, 0, r.code, "scp -O -r up: %s", r.stderr)
+			r = run(t, exec.Command("scp", append(fs.base(), "-O", "-r", "-p", "agent@127.0.0.1:"+remote, back)...), "")
+			require.Equal(t, 0, r.code, "scp -O -r down: %s", r.stderr)
+		}},
+		{"asyncssh", followed, func(t *testing.T, remote string) {
+			py := python(t, "asyncssh")
+			src := filepath.Join(t.TempDir(), "one")
+			require.NoError(t, os.WriteFile(src, []byte("one\n"), 0o644))
+			r := run(t, exec.Command(py, "-W", "ignore", "../../testdata/ssh/files_asyncssh.py", "127.0.0.1", fs.port, fs.agentKey, src, tree, back), "")
+			pythonChecks(t, r, "sftp-tree", "symlink-lstat-readlink")
+			require.Equal(t, "tree-asyncssh", remote, "the name the script uses")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			remote := "tree-" + tc.name
+			tc.run(t, remote)
+			in := filepath.Join(fs.workdir, remote)
+			assert.Equal(t, tc.want, snapshot(t, in, false), "the tree in the sandbox")
+			agentOwnsAll(t, in)
+			assert.Equal(t, tc.want, snapshot(t, filepath.Join(back, remote), false), "the tree back out")
+		})
+	}
+}
+
+// TestSFTPExtensionsAsOpenSSH drives OpenSSH's sftp through what its
+// server offers beyond SFTP v3: symlink, hardlink, posix-rename, statvfs;
+// and chmod, and chown refused to a non-root agent, as the kernel says.
+func TestSFTPExtensionsAsOpenSSH(t *testing.T) {
+	requireTool(t, "sftp", "openssh-client")
+	fs := startFilesServer(t)
+	one, two := filepath.Join(fs.local, "one"), filepath.Join(fs.local, "two")
+	require.NoError(t, os.WriteFile(one, []byte("one\n"), 0o644))
+	require.NoError(t, os.WriteFile(two, []byte("two\n"), 0o644))
+	r := fs.sftpBatch(t,
+		"mkdir ext", "put "+one+" ext/a.txt", "ln -s a.txt ext/sym", "ln ext/a.txt ext/hard",
+		"put "+one+" ext/d.txt", "put "+two+" ext/c.txt", "rename ext/c.txt ext/d.txt",
+		"chmod 640 ext/a.txt", "-chown 0 ext/a.txt", "mkdir ext/sub", "rmdir ext/sub", "df ext")
+	require.Equal(t, 0, r.code, r.stderr)
+	ext := filepath.Join(fs.workdir, "ext")
+
+	target, err := os.Readlink(filepath.Join(ext, "sym"))
+	require.NoError(t, err, "ln -s made a symlink")
+	assert.Equal(t, "a.txt", target, "the link points where asked (OpenSSH's argument order)")
+	a, err := os.Stat(filepath.Join(ext, "a.txt"))
+	require.NoError(t, err)
+	h, err := os.Stat(filepath.Join(ext, "hard"))
+	require.NoError(t, err)
+	assert.True(t, os.SameFile(a, h), "ln made a hard link (hardlink@openssh.com)")
+	b, err := os.ReadFile(filepath.Join(ext, "d.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, "two\n", string(b), "rename replaced the existing file (posix-rename@openssh.com)")
+	assert.NoFileExists(t, filepath.Join(ext, "c.txt"))
+	assert.Equal(t, os.FileMode(0o640), a.Mode().Perm(), "chmod")
+	assert.Contains(t, r.stderr, "Permission denied", "a non-root agent cannot give a file away")
+	agentOwnsAll(t, ext)
+	assert.NoDirExists(t, filepath.Join(ext, "sub"))
+	assert.Contains(t, r.stdout, "Capacity", "df answered (statvfs@openssh.com)")
+}
+
+// TestLinksOutOfTheViewAreNotFollowed: "escape" points at a file of the
+// substrate that the agent user could read there, in a directory absent
+// from the sandbox's view (as the harness dir is). The file server
+// resolves it inside the view, so nothing of it comes out, and nothing
+// goes into the substrate's directory through "escapedir".
+func TestLinksOutOfTheViewAreNotFollowed(t *testing.T) {
+	requireTool(t, "scp", "openssh-client")
+	requireTool(t, "sftp", "openssh-client")
+	fs := startFilesServer(t)
+	up := filepath.Join(fs.local, "up")
+	require.NoError(t, os.WriteFile(up, []byte("planted\n"), 0o644))
+	for _, tc := range []struct {
+		name string
+		argv []string
+	}{
+		{"scp-down", append(fs.base(), "agent@127.0.0.1:escape", filepath.Join(fs.local, "scp-down"))},
+		{"scp-legacy-down", append(fs.base(), "-O", "agent@127.0.0.1:escape", filepath.Join(fs.local, "scp-legacy-down"))},
+		{"scp-up", append(fs.base(), up, "agent@127.0.0.1:escapedir/scp-up")},
+		{"scp-legacy-up", append(fs.base(), "-O", up, "agent@127.0.0.1:escapedir/scp-legacy-up")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, exec.Command("scp", tc.argv...), "")
+			if strings.HasSuffix(tc.name, "-down") {
+				assert.NotEqual(t, 0, r.code, "scp read through escape")
+				assert.Contains(t, r.stderr, "No such file or directory")
+				assert.NoFileExists(t, filepath.Join(fs.local, tc.name))
+			}
+			assert.NoFileExists(t, filepath.Join(fs.hidden, tc.name), "scp wrote into the substrate's directory")
+		})
+	}
+	r := fs.sftpBatch(t, "-get escape "+filepath.Join(fs.local, "sftp-down"), "-put "+up+" escapedir/sftp-up", "-ls escapedir/")
+	assert.NoFileExists(t, filepath.Join(fs.local, "sftp-down"))
+	assert.NoFileExists(t, filepath.Join(fs.hidden, "sftp-up"))
+	assert.NotContains(t, r.stdout, "secret.txt", "sftp listed the substrate's directory")
+	b, err := os.ReadFile(filepath.Join(fs.hidden, "secret.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, "substrate secret\n", string(b), "untouched")
 }

@@ -3,8 +3,8 @@ its scp(), which speaks the legacy scp protocol.
 
 Usage: files_asyncssh.py HOST PORT KEYFILE SRC TREE BACKDIR
 Uploads SRC as asyncssh-sftp.bin and asyncssh-scp.bin, and the directory
-TREE as tree-asyncssh (recursively, modes and times kept, symlinks as
-symlinks), in the agent's working directory; downloads each into BACKDIR.
+TREE as tree-asyncssh (recursively, modes and times kept, symlinks
+followed), in the agent's working directory; downloads each into BACKDIR.
 The Go test compares them. Prints one "ok NAME" line per check.
 """
 import asyncio
@@ -27,9 +27,16 @@ async def main():
             await sftp.put(src, "asyncssh-sftp.bin")
             await sftp.get("asyncssh-sftp.bin", os.path.join(back, "asyncssh-sftp.bin"))
             ok("sftp-put-get")
-            await sftp.put(tree, "tree-asyncssh", recurse=True, preserve=True)
-            await sftp.get("tree-asyncssh", os.path.join(back, "tree-asyncssh"), recurse=True, preserve=True)
+            await sftp.put(tree, "tree-asyncssh", recurse=True, preserve=True, follow_symlinks=True)
+            await sftp.get("tree-asyncssh", os.path.join(back, "tree-asyncssh"), recurse=True, preserve=True,
+                           follow_symlinks=True)
             ok("sftp-tree")
+            # The standard argument order, which asyncssh sends unless the
+            # server's banner says OpenSSH.
+            await sftp.symlink("asyncssh-sftp.bin", "asyncssh-link")
+            assert (await sftp.lstat("asyncssh-link")).type == asyncssh.FILEXFER_TYPE_SYMLINK
+            assert await sftp.readlink("asyncssh-link") == "asyncssh-sftp.bin"
+            ok("symlink-lstat-readlink")
             vfs = await sftp.statvfs(".")
             assert vfs.bsize > 0 and vfs.blocks > 0, vfs
             ok("statvfs")
