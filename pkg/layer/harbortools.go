@@ -2,6 +2,7 @@ package layer
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -95,7 +96,7 @@ func harborPackages(pm string, names []string) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, t := range harborTools {
-		if !contains(names, t.name) {
+		if !slices.Contains(names, t.name) {
 			continue
 		}
 		for _, p := range strings.Fields(t.pkgFor(pm)) {
@@ -107,15 +108,6 @@ func harborPackages(pm string, names []string) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, e := range list {
-		if e == s {
-			return true
-		}
-	}
-	return false
 }
 
 // harborReport says per tool what the image had (before) and what the
