@@ -32,6 +32,11 @@ type Catcher struct {
 	// Visit, if set, attributes a connection to an open visit and gives
 	// that visit's grant; an unattributed connection is the agent's.
 	Visit func(client, dst netip.AddrPort) (Judge, bool)
+	// PeekTimeout bounds the wait for a connection's first bytes under
+	// allowlist, where its TLS server name or HTTP Host is checked; 0 is
+	// DefaultPeekTimeout. A protocol whose server speaks first waits that
+	// long once per connection.
+	PeekTimeout time.Duration
 	// origDst reads a caught connection's destination; tests replace it.
 	origDst func(net.Conn) (netip.AddrPort, error)
 }
@@ -88,6 +93,23 @@ func (k *Catcher) serveConn(ctx context.Context, s *Proxy, c net.Conn, t *ticket
 		reset(c)
 		return
 	}
+	var early []byte
+	if g.Policy.Mode == Allowlist {
+		var name string
+		var perr error
+		early, name, perr = peekName(c, cmp.Or(k.PeekTimeout, DefaultPeekTimeout))
+		rerr := k.judgeName(g.Policy, name, dst)
+		if perr != nil {
+			rerr = &refusal{tag: "name-address-mismatch", err: perr}
+		}
+		if rerr != nil {
+			e.verdict, e.reason = "deny", rerr.tag+": "+rerr.err.Error()
+			s.Audit.record(e)
+			s.Log.Info("egress: caught connection refused", "policy", g.Label, "client", client, "dst", dst, "err", rerr)
+			reset(c)
+			return
+		}
+	}
 	release := k.Answers.Hold(dst.Addr())
 	defer release()
 	t.granted()
@@ -103,13 +125,19 @@ func (k *Catcher) serveConn(ctx context.Context, s *Proxy, c net.Conn, t *ticket
 	defer up.Close()
 	e.verdict = "allow"
 	s.Audit.record(e)
+	if len(early) > 0 {
+		if _, err := up.Write(early); err != nil {
+			reset(c)
+			return
+		}
+	}
 	rctx, rcancel := context.WithCancel(ctx)
 	defer rcancel()
 	vstop := context.AfterFunc(g.Ctx, rcancel) // a visit's end ends its connections
 	defer vstop()
 	ab, ba := relay(rctx, c, up, s.IdleTimeout)
 	s.Audit.record(event{kind: "close", label: e.label, client: e.client, method: "TCP", host: e.host, port: dst.Port(),
-		addr: dst, status: 200, up: ab, down: ba, elapsed: time.Since(start)})
+		addr: dst, status: 200, up: int64(len(early)) + ab, down: ba, elapsed: time.Since(start)})
 }
 
 // judge decides by address: the names it knows the address by, and the
@@ -138,6 +166,67 @@ func (k *Catcher) judge(s *Proxy, pol Policy, dst netip.AddrPort) ([]string, *re
 		return names, &refusal{tag: "blocked-by-address", err: err}
 	}
 	return names, nil
+}
+
+// DefaultPeekTimeout is Catcher.PeekTimeout's default: a client that
+// speaks first (TLS, HTTP, SSH, Redis, PostgreSQL) has sent its first
+// bytes long before it.
+const DefaultPeekTimeout = 250 * time.Millisecond
+
+// peekName reads c's first bytes until they show whether they carry a
+// name (a TLS server name, an HTTP Host), for at most timeout; it returns
+// what it read, to be sent on, and the name, if any. A ClientHello or
+// request head that cannot be read whole and with certainty in that time
+// is an error: it might name anything.
+func peekName(c net.Conn, timeout time.Duration) ([]byte, string, error) {
+	c.SetReadDeadline(time.Now().Add(timeout))
+	defer c.SetReadDeadline(time.Time{})
+	buf := make([]byte, maxPeek)
+	n := 0
+	for n < len(buf) {
+		m, err := c.Read(buf[n:])
+		n += m
+		name, more, perr := peekedName(buf[:n])
+		if errors.Is(perr, errNotPeekable) {
+			return buf[:n], "", nil // another protocol: no name to check
+		}
+		if !more || perr != nil {
+			return buf[:n], name, perr
+		}
+		if err != nil {
+			if n == 0 {
+				return nil, "", nil // the server speaks first, or the client said nothing
+			}
+			return buf[:n], "", fmt.Errorf("the first %d bytes begin a ClientHello or request head that did not end within %s", n, timeout)
+		}
+	}
+	return buf[:n], "", errMalformed
+}
+
+// judgeName checks the name a connection carries, if any: an allowed name
+// whose answers include the destination. An allowed name never opens an
+// address by itself.
+func (k *Catcher) judgeName(pol Policy, name string, dst netip.AddrPort) *refusal {
+	if name == "" {
+		return nil
+	}
+	h, err := NormalizeHost(name)
+	if err != nil {
+		return &refusal{tag: "name-address-mismatch", err: fmt.Errorf("the connection names %q: %w", name, err)}
+	}
+	if a, err := netip.ParseAddr(h); err == nil {
+		if a.Unmap() == dst.Addr().Unmap() {
+			return nil
+		}
+		return &refusal{tag: "name-address-mismatch", err: fmt.Errorf("the connection names %s but goes to %s: %w", h, dst.Addr(), ErrBlockedHost)}
+	}
+	if !pol.AllowsHost(h) {
+		return &refusal{tag: "name-address-mismatch", err: fmt.Errorf("the connection names %s, which is not allowed: %w", h, ErrBlockedHost)}
+	}
+	if !k.Answers.Answered(h, dst.Addr()) {
+		return &refusal{tag: "name-address-mismatch", err: fmt.Errorf("the connection names %s, which was never answered with %s: %w", h, dst.Addr(), ErrBlockedHost)}
+	}
+	return nil
 }
 
 // reset closes c with a TCP reset (SO_LINGER 0): the client's next read or

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -42,11 +43,19 @@ func caughtVia(t *testing.T, k *Catcher, dst netip.AddrPort, route map[string]st
 
 // Each caught connection is judged by its destination under the policy,
 // then dialled to exactly that address; a refusal is a reset, with nothing
-// sent first, and is audited with its reason.
+// sent first, and is audited with its reason. Under allowlist the name a
+// connection carries (TLS server name, HTTP Host) must be allowed and
+// answered with the destination (docs/failures.md#a-carried-name-must-match-its-address).
 func TestCatcherJudgesByOriginalDestination(t *testing.T) {
 	up := startRawUpstream(t, func(c net.Conn, br *bufio.Reader) {
-		line, _ := br.ReadString('\n')
-		io.WriteString(c, "upstream got "+line)
+		buf := make([]byte, 4096)
+		n, _ := br.Read(buf)
+		if n > 0 && buf[0] == 0x16 {
+			io.WriteString(c, "upstream got a ClientHello\n")
+			return
+		}
+		line, _, _ := strings.Cut(string(buf[:n]), "\n")
+		io.WriteString(c, "upstream got "+line+"\n")
 	})
 	global := netip.MustParseAddrPort("93.184.215.14:80")
 	private := netip.MustParseAddrPort("10.1.2.3:80")
@@ -54,22 +63,33 @@ func TestCatcherJudgesByOriginalDestination(t *testing.T) {
 	answers := NewAnswers(0)
 	answers.Record("allowed.test", []netip.Addr{global.Addr()}, time.Minute)
 	answers.Record("other.test", []netip.Addr{netip.MustParseAddr("93.184.215.15")}, time.Minute)
-	allow := Policy{Mode: Allowlist, AllowedHosts: []string{"allowed.test"}}
+	answers.Record("also.test", []netip.Addr{netip.MustParseAddr("93.184.215.17")}, time.Minute)
+	allow := Policy{Mode: Allowlist, AllowedHosts: []string{"allowed.test", "also.test"}}
+	also := netip.MustParseAddrPort("93.184.215.17:443")
+	helloAllowed := string(clientHello(t, "allowed.test"))
 	for _, tc := range []struct {
 		name   string
 		policy Policy
 		dst    netip.AddrPort
 		reason string // "" for allowed
+		send   string // the client's first bytes; "" is a line of its own
+		reply  string // what an allowed connection gets back
 	}{
-		{"public, a global address", Policy{Mode: Public}, global, ""},
-		{"public, a private address", Policy{Mode: Public}, private, "blocked-by-address"},
-		{"public, a private address opened with --egress-allow-cidr", Policy{Mode: Public, AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}}, private, ""},
-		{"public, the daemon's own address", Policy{Mode: Public, AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}}, own, "blocked-by-address"},
-		{"public, loopback: straight to the listener", Policy{Mode: Public, AllowCIDRs: loopback}, netip.MustParseAddrPort("127.0.0.1:3130"), "blocked-by-address"},
-		{"no-network", Policy{Mode: NoNetwork}, global, "blocked-by-policy"},
-		{"allowlist, answered for an allowed name", allow, global, ""},
-		{"allowlist, answered for another name only", allow, netip.MustParseAddrPort("93.184.215.15:80"), "blocked-by-allowlist"},
-		{"allowlist, never answered (an IP literal)", allow, netip.MustParseAddrPort("93.184.215.16:80"), "blocked-by-allowlist"},
+		{"public, a global address", Policy{Mode: Public}, global, "", "", ""},
+		{"public, a private address", Policy{Mode: Public}, private, "blocked-by-address", "", ""},
+		{"public, a private address opened with --egress-allow-cidr", Policy{Mode: Public, AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}}, private, "", "", ""},
+		{"public, the daemon's own address", Policy{Mode: Public, AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}}, own, "blocked-by-address", "", ""},
+		{"public, loopback: straight to the listener", Policy{Mode: Public, AllowCIDRs: loopback}, netip.MustParseAddrPort("127.0.0.1:3130"), "blocked-by-address", "", ""},
+		{"no-network", Policy{Mode: NoNetwork}, global, "blocked-by-policy", "", ""},
+		{"allowlist, answered for an allowed name", allow, global, "", "", ""},
+		{"allowlist, answered for another name only", allow, netip.MustParseAddrPort("93.184.215.15:80"), "blocked-by-allowlist", "", ""},
+		{"allowlist, never answered (an IP literal)", allow, netip.MustParseAddrPort("93.184.215.16:80"), "blocked-by-allowlist", "", ""},
+		{"allowlist, Host of the name the address was answered for", allow, global, "", "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n", "upstream got GET / HTTP/1.1\r\n"},
+		{"allowlist, Host of a name not allowed, to an allowed address", allow, global, "name-address-mismatch", "GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n", ""},
+		{"allowlist, Host of an allowed name, to another allowed name's address", allow, also, "name-address-mismatch", "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n", ""},
+		{"allowlist, two Host headers", allow, global, "name-address-mismatch", "GET / HTTP/1.1\r\nHost: allowed.test\r\nHost: evil.test\r\n\r\n", ""},
+		{"allowlist, SNI of the name the address was answered for", allow, netip.AddrPortFrom(global.Addr(), 443), "", helloAllowed, "upstream got a ClientHello\n"},
+		{"allowlist, SNI of an allowed name, to another allowed name's address", allow, also, "name-address-mismatch", helloAllowed, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -78,11 +98,11 @@ func TestCatcherJudgesByOriginalDestination(t *testing.T) {
 			defer audit.Close()
 			k := &Catcher{Proxy: Proxy{Policy: tc.policy, Audit: audit, Own: []netip.Addr{own.Addr()}}, Answers: answers}
 			addr := caughtVia(t, k, tc.dst, map[string]string{tc.dst.String(): up.addr})
-			got, err := sendAndRead(addr, "hello\n")
+			got, err := sendAndRead(addr, cmp.Or(tc.send, "hello\n"))
 			log := auditText(t, dir)
 			if tc.reason == "" {
 				require.NoError(t, err)
-				assert.Equal(t, "upstream got hello\n", string(got))
+				assert.Equal(t, cmp.Or(tc.reply, "upstream got hello\n"), string(got))
 				assert.Contains(t, log, `"verdict":"allow"`)
 				assert.Contains(t, log, `"addr":"`+tc.dst.String()+`"`)
 				return
@@ -93,7 +113,7 @@ func TestCatcherJudgesByOriginalDestination(t *testing.T) {
 			assert.Contains(t, log, `"reason":"`+tc.reason)
 		})
 	}
-	assert.EqualValues(t, 3, up.conns.Load(), "only the allowed connections reached the upstream")
+	assert.EqualValues(t, 5, up.conns.Load(), "only the allowed connections reached the upstream")
 }
 
 // sendAndRead sends msg on a fresh connection and reads to the end; a
