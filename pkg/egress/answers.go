@@ -21,6 +21,10 @@ type Answers struct {
 	pairs map[answerKey]*answerEntry
 	byIP  map[netip.Addr]map[string]*answerEntry
 	held  map[netip.Addr]int
+	// pinned are the hosts file's pairs: they hold as long as the sandbox
+	// and count against no bound (the file's size bounds them).
+	pinned map[answerKey]bool
+	pinIP  map[netip.Addr][]string
 }
 
 type answerKey struct {
@@ -51,12 +55,14 @@ func NewAnswers(capacity int) *Answers {
 		capacity = DefaultAnswers
 	}
 	return &Answers{
-		cap:   capacity,
-		now:   time.Now,
-		order: list.New(),
-		pairs: map[answerKey]*answerEntry{},
-		byIP:  map[netip.Addr]map[string]*answerEntry{},
-		held:  map[netip.Addr]int{},
+		cap:    capacity,
+		now:    time.Now,
+		order:  list.New(),
+		pairs:  map[answerKey]*answerEntry{},
+		byIP:   map[netip.Addr]map[string]*answerEntry{},
+		held:   map[netip.Addr]int{},
+		pinned: map[answerKey]bool{},
+		pinIP:  map[netip.Addr][]string{},
 	}
 }
 
@@ -98,6 +104,24 @@ func (t *Answers) Record(name string, addrs []netip.Addr, ttl time.Duration) {
 			t.byIP[k.addr] = m
 		}
 		m[name] = e
+	}
+}
+
+// Pin notes that name stands for addrs for the sandbox's whole life, as
+// the sandbox's hosts file says: programs read that file themselves and
+// never ask the resolver, yet their connections are judged by this table.
+func (t *Answers) Pin(name string, addrs []netip.Addr) {
+	if t == nil || name == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, a := range addrs {
+		k := answerKey{name: name, addr: normalizeAnswerAddr(a)}
+		if a.IsValid() && !t.pinned[k] {
+			t.pinned[k] = true
+			t.pinIP[k.addr] = append(t.pinIP[k.addr], name)
+		}
 	}
 }
 
@@ -144,9 +168,9 @@ func (t *Answers) NamesOf(addr netip.Addr) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
-	var out []string
+	out := append([]string(nil), t.pinIP[addr]...)
 	for name, e := range t.byIP[addr] {
-		if t.validLocked(e, now) {
+		if t.validLocked(e, now) && !t.pinned[e.answerKey] {
 			out = append(out, name)
 		}
 	}
@@ -160,9 +184,13 @@ func (t *Answers) Answered(name string, addr netip.Addr) bool {
 	if t == nil {
 		return false
 	}
+	k := answerKey{name: name, addr: normalizeAnswerAddr(addr)}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e, ok := t.pairs[answerKey{name: name, addr: normalizeAnswerAddr(addr)}]
+	if t.pinned[k] {
+		return true
+	}
+	e, ok := t.pairs[k]
 	return ok && t.validLocked(e, t.now())
 }
 

@@ -122,9 +122,17 @@ func serveOn(t testing.TB, serve func(context.Context, net.Listener) error) stri
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	serveUntilCleanup(t, func(ctx context.Context) error { return serve(ctx, ln) })
+	return ln.Addr().String()
+}
+
+// serveUntilCleanup runs serve until the test ends, then checks that it
+// returned cleanly once its context ended.
+func serveUntilCleanup(t testing.TB, serve func(context.Context) error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, ln) }()
+	go func() { done <- serve(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -136,7 +144,6 @@ func serveOn(t testing.TB, serve func(context.Context, net.Listener) error) stri
 			t.Errorf("serve did not stop within 10s of its context ending")
 		}
 	})
-	return ln.Addr().String()
 }
 
 // rawUpstream is a loopback server whose every connection is handled by h,
