@@ -36,9 +36,9 @@ func buildView(p params) error {
 		return err
 	}
 	defer unix.Close(harness)
-	var tests, verdict, hosts = -1, -1, -1
+	var tests, verdict, hosts, resolv = -1, -1, -1, -1
 	defer func() {
-		for _, fd := range []int{tests, verdict, hosts} {
+		for _, fd := range []int{tests, verdict, hosts, resolv} {
 			if fd >= 0 {
 				unix.Close(fd)
 			}
@@ -57,6 +57,11 @@ func buildView(p params) error {
 	if p.Hosts != "" {
 		if hosts, err = beneath.Open(harness, p.Hosts, unix.O_PATH); err != nil {
 			return fmt.Errorf("open the visitors' hosts file: %w", err)
+		}
+	}
+	if p.Resolv != "" {
+		if resolv, err = beneath.Open(harness, p.Resolv, unix.O_PATH); err != nil {
+			return fmt.Errorf("open the visitors' resolv.conf: %w", err)
 		}
 	}
 
@@ -133,7 +138,12 @@ func buildView(p params) error {
 		return fmt.Errorf("mount /proc in the visitor's root: %w", err)
 	}
 	if hosts >= 0 {
-		if err := bindHosts(hosts, root); err != nil {
+		if err := bindEtcFile(hosts, root, "hosts"); err != nil {
+			return err
+		}
+	}
+	if resolv >= 0 {
+		if err := bindEtcFile(resolv, root, "resolv.conf"); err != nil {
 			return err
 		}
 	}
@@ -489,28 +499,30 @@ func unescapeMountinfo(s string) string {
 	return b.String()
 }
 
-// bindHosts binds the daemon's hosts file (src, in the harness dir)
-// read-only over /etc/hosts in the new root, whose /etc is a bind of the
-// substrate's: whatever the agent did to /etc/hosts, nothing leaves this
-// namespace, and the verifier cannot write the harness's copy.
-func bindHosts(src, root int) error {
-	dst, err := beneath.Open(root, "etc/hosts", unix.O_PATH)
+// bindEtcFile binds one of the daemon's files (src, in the harness dir:
+// the hosts file, resolv.conf) read-only over /etc/<name> in the new root,
+// whose /etc is a bind of the substrate's: whatever the agent did to that
+// file, nothing leaves this namespace, and the verifier cannot write the
+// harness's copy.
+func bindEtcFile(src, root int, name string) error {
+	path := "etc/" + name
+	dst, err := beneath.Open(root, path, unix.O_PATH)
 	if err != nil {
-		return fmt.Errorf("bind the hosts file over /etc/hosts: %w (%w)", err, errReplaced)
+		return fmt.Errorf("bind the visitors' %s over /%s: %w (%w)", name, path, err, errReplaced)
 	}
 	defer unix.Close(dst)
 	var st unix.Stat_t
 	if err := unix.Fstat(dst, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return fmt.Errorf("bind the hosts file: /etc/hosts is not a regular file: %w", errReplaced)
+		return fmt.Errorf("bind the visitors' %s: /%s is not a regular file: %w", name, path, errReplaced)
 	}
 	if err := unix.Mount(beneath.FDPath(src), beneath.FDPath(dst), "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind the hosts file over /etc/hosts: %w", err)
+		return fmt.Errorf("bind the visitors' %s over /%s: %w", name, path, err)
 	}
 	// The descriptor names the file below the bind; the remount needs the
 	// bind itself.
-	bound, err := beneath.Open(root, "etc/hosts", unix.O_PATH)
+	bound, err := beneath.Open(root, path, unix.O_PATH)
 	if err != nil {
-		return fmt.Errorf("make the hosts file read-only: %w", err)
+		return fmt.Errorf("make the visitors' %s read-only: %w", name, err)
 	}
 	defer unix.Close(bound)
 	return remountReadOnly(beneath.FDPath(bound))

@@ -80,12 +80,20 @@ type View struct {
 	// Hosts is a file beneath HarnessDir bound read-only over /etc/hosts
 	// (the substrate's hosts plus the task's peers); "" keeps the image's.
 	Hosts string
+	// ResolvConf is a file beneath HarnessDir bound read-only over
+	// /etc/resolv.conf (the sandbox's resolver, as the agent's view has
+	// it); "" keeps the image's.
+	ResolvConf string
 	// Mask lists more paths to cover: what the sandbox hides (the task dir
 	// under trial), and on a bare host the host's sockets.
 	Mask []string
 	// Devices are the task's devices under /dev bound into the visitor's
 	// /dev when present, as the sandbox's are (/dev/kvm, /dev/fuse, …).
 	Devices []string
+	// Started, if set, is told the visitor's pid (in the substrate) once it
+	// runs: pid 1 of the visit's own pid namespace, by which the daemon
+	// tells the visit's connections from the agent's.
+	Started func(pid int) `json:"-"`
 }
 
 // Report is what the visitor says of the command. Setup is set when its view
@@ -152,6 +160,9 @@ func Run(ctx context.Context, target join.Target, view View, spec join.Spec, out
 	if err != nil {
 		return Outcome{}, fmt.Errorf("visit: start the visitor: %w", err)
 	}
+	if view.Started != nil {
+		view.Started(cmd.Process.Pid)
+	}
 
 	var out Outcome
 	done := make(chan error, 1)
@@ -206,10 +217,12 @@ type params struct {
 	// Harness is the harness dir as the daemon opened it: the visitor uses
 	// nothing beneath it unless it finds that very directory there.
 	Harness dirID `json:"harness"`
-	// Tests, Verdict and Hosts are relative to the harness dir ("" none).
+	// Tests, Verdict, Hosts and ResolvConf are relative to the harness dir
+	// ("" none).
 	Tests   string    `json:"tests,omitempty"`
 	Verdict string    `json:"verdict,omitempty"`
 	Hosts   string    `json:"hosts,omitempty"`
+	Resolv  string    `json:"resolv_conf,omitempty"`
 	Mask    []string  `json:"mask"`
 	Devices []string  `json:"devices,omitempty"`
 	Spec    join.Spec `json:"spec"`
@@ -231,7 +244,7 @@ func paramsFor(view View, spec join.Spec) (params, error) {
 	for _, f := range []struct {
 		abs string
 		rel *string
-	}{{view.Tests, &p.Tests}, {view.Verdict, &p.Verdict}, {view.Hosts, &p.Hosts}} {
+	}{{view.Tests, &p.Tests}, {view.Verdict, &p.Verdict}, {view.Hosts, &p.Hosts}, {view.ResolvConf, &p.Resolv}} {
 		if *f.rel, err = beneathHarness(harness.Path, f.abs); err != nil {
 			return params{}, err
 		}
