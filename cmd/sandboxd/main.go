@@ -39,7 +39,7 @@ var commands = map[string]command{
 	"grade":   {"run the task's verifier and print the verdict", runGrade},
 	"keys":    {"print the generated agent SSH private key, or authorize agent keys (--authorize)", runKeys},
 	"records": {"list the recorded sessions as JSON Lines", runRecords},
-	"status":  {"print the running daemon's state as JSON", runOp[daemon.Status]("status")},
+	"status":  {"print the running daemon's state as JSON; --ready: exit 0 only when a session would be served now", runStatus},
 	"stop":    {"stop the running daemon and its sandbox", runOp[daemon.Stopping]("stop")},
 	"trial":   {"serve a task on this machine, run an agent, grade, stop", runTrial},
 	"doctor":  {"check that serve can build its sandbox here; name what is missing", runDoctor},

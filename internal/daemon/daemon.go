@@ -79,6 +79,8 @@ type Daemon struct {
 	leftovers *ptyrelay.Leftovers
 	// recs is the record of every session, for both doors (records.go).
 	recs *records.Log
+	// memoryPeak is the highest memory total status.usage has seen.
+	memoryPeak atomic.Int64
 
 	// gradeMu makes gradings take turns for the room set aside for them.
 	gradeMu    sync.Mutex
@@ -119,6 +121,7 @@ type Status struct {
 	Degradations []string        `json:"degradations"`
 	Sessions     []session       `json:"sessions"`
 	Limits       limits          `json:"limits"`
+	Usage        *Usage          `json:"usage"`
 	Uptime       float64         `json:"uptime_sec"`
 	Settings     config.Settings `json:"settings,omitempty"`
 }
@@ -505,6 +508,7 @@ func (d *Daemon) Status() Status {
 		Degradations: deg,
 		Sessions:     sessions,
 		Limits:       d.statusLimits(),
+		Usage:        d.usage(),
 		Uptime:       time.Since(d.started).Seconds(),
 		Settings:     d.cfg.Settings,
 	}

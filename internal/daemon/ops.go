@@ -37,6 +37,7 @@ var operations = map[string]operation{
 	"grade":   typed((*Daemon).gradeOp),
 	"keys":    typed((*Daemon).keys),
 	"records": typed((*Daemon).records),
+	"ready":   typed((*Daemon).readyOp),
 	"stop":    typed((*Daemon).stopOp),
 }
 
@@ -134,6 +135,8 @@ func (d *Daemon) harnessCommand(_ context.Context, command string, stdout, stder
 			req.GradeTimeout = fields[i]
 		case name == "grade" && fields[i] == "--json":
 			asJSON = true
+		case name == "status" && fields[i] == "--ready":
+			op = operations["ready"]
 		case name == "records" && fields[i] == "--since" && i+1 < len(fields):
 			i++
 			req.Since = fields[i]

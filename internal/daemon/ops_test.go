@@ -56,9 +56,9 @@ func TestBothDoorsServeTheOperationsTable(t *testing.T) {
 		out, stderr, code = harness(command)
 		assert.Equal(t, 2, code, command)
 		assert.Empty(t, out, command)
-		assert.Contains(t, stderr, "grade, keys, records, status, stop", command)
+		assert.Contains(t, stderr, "grade, keys, ready, records, status, stop", command)
 	}
 	err = s.client.Call(context.Background(), control.Request{Op: "nonsense"}, nil)
 	require.True(t, errors.As(err, &f), "%v", err)
-	assert.Contains(t, f.Message, "knows cp, exec, grade, keys, records, status, stop")
+	assert.Contains(t, f.Message, "knows cp, exec, grade, keys, ready, records, status, stop")
 }

@@ -34,7 +34,16 @@ type Stat struct {
 	// ArgStart and ArgEnd bound the argv area, what /proc/PID/cmdline
 	// shows (0 unless the reader may ptrace the process).
 	ArgStart, ArgEnd uint64
+	// CPUTicks is the CPU time of the process and of the children it has
+	// waited for (utime+stime+cutime+cstime), in clock ticks.
+	CPUTicks uint64
+	// RSSPages is its resident set, in pages.
+	RSSPages int64
 }
+
+// TicksPerSecond is the kernel's USER_HZ, the unit of /proc/PID/stat's
+// times: 100 on every Linux architecture sandboxd runs on.
+const TicksPerSecond = 100
 
 // ReadStat reads /proc/PID/stat. The command name sits in parentheses and
 // may itself hold spaces and parentheses, so the fields are counted from
@@ -57,9 +66,20 @@ func ReadStat(pid int) (Stat, error) {
 		return Stat{}, fmt.Errorf("procfs: /proc/%d/stat: %w", pid, err)
 	}
 	st := Stat{State: f[0][0], PPID: ppid}
+	// Fields 14 to 17 of stat(5), counted from the state (field 3).
+	if len(f) > 14 {
+		for _, v := range f[11:15] {
+			n, _ := strconv.ParseUint(string(v), 10, 64)
+			st.CPUTicks += n
+		}
+	}
 	// Field 22 of stat(5), counted from the state (field 3).
 	if len(f) > 19 {
 		st.Start, _ = strconv.ParseUint(string(f[19]), 10, 64)
+	}
+	// Field 24.
+	if len(f) > 21 {
+		st.RSSPages, _ = strconv.ParseInt(string(f[21]), 10, 64)
 	}
 	// Fields 48 and 49 of stat(5), counted from the state (field 3).
 	if len(f) > 46 {
