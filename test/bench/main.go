@@ -52,6 +52,7 @@ var groups = []group{
 	{"ready", benchReady},
 	{"exec", benchExecCLI},
 	{"ssh", benchSSH},
+	{"sftp", benchSFTP},
 	{"pty", benchPTY},
 	{"memory", benchMemory},
 	{"egress", benchEgress},
@@ -69,7 +70,7 @@ func main() {
 
 func run() int {
 	var o options
-	only := flag.String("only", "", "comma-separated groups to run (ready, exec, ssh, pty, memory, egress, grade, scaling, neutral); default all")
+	only := flag.String("only", "", "comma-separated groups to run (ready, exec, ssh, sftp, pty, memory, egress, grade, scaling, neutral); default all")
 	flag.BoolVar(&o.quick, "quick", false, "a reduced run (under two minutes) whose numbers are not judged")
 	flag.StringVar(&o.out, "out", "", "write the report here (markdown) and the plot next to it")
 	flag.StringVar(&o.sandboxd, "sandboxd", "bin/sandboxd", "the sandboxd binary under test (make build)")
