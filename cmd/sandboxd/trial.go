@@ -13,6 +13,7 @@ func runTrial(ctx context.Context, args []string) int {
 	agent := fs.String("agent", "oracle", "the `AGENT`: oracle (solution/solve.sh), nop, or a command run in the sandbox as the agent")
 	asJSON := fs.Bool("json", false, "print exactly one JSON document on stdout")
 	harness := fs.String("harness-dir", "", "the trial's own harness `DIR` (default: a fresh one, removed afterwards)")
+	artifacts := fs.String("artifacts-dir", "", "keep the task's artifacts and collect hooks' output in `DIR`, new or empty (default: a fresh one under $TMPDIR, when the task declares any)")
 	bwrapPath := fs.String("bwrap", "bwrap", "the bubblewrap binary, a `PATH` or a name on PATH")
 	verbose := fs.Bool("v", false, "log what the daemon does")
 	cidrs := &listFlag{check: checkCIDR}
@@ -41,13 +42,14 @@ func runTrial(ctx context.Context, args []string) int {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	v, err := trial.Run(ctx, trial.Config{
-		TaskDir:    taskDir,
-		Agent:      *agent,
-		HarnessDir: *harness,
-		Bwrap:      *bwrapPath,
-		AllowCIDRs: cidrs.vals,
-		Log:        log,
-		Stderr:     os.Stderr,
+		TaskDir:      taskDir,
+		Agent:        *agent,
+		HarnessDir:   *harness,
+		ArtifactsDir: *artifacts,
+		Bwrap:        *bwrapPath,
+		AllowCIDRs:   cidrs.vals,
+		Log:          log,
+		Stderr:       os.Stderr,
 	})
 	if err != nil {
 		return failWithVerdict(*asJSON, "trial: "+err.Error())

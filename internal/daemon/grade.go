@@ -39,7 +39,7 @@ func (d *Daemon) Grade(ctx context.Context, timeout time.Duration) (grade.Verdic
 	defer d.gradeMu.Unlock()
 	d.releaseGradeSpace()
 	defer d.reserveGradeSpace()
-	return grade.Run(ctx, grade.Config{
+	v, err := grade.Run(ctx, grade.Config{
 		Target:     d.target,
 		HarnessDir: d.cfg.HarnessDir,
 		Tests:      d.cfg.Tests,
@@ -55,6 +55,10 @@ func (d *Daemon) Grade(ctx context.Context, timeout time.Duration) (grade.Verdic
 		Hosts:      d.visitorHosts,
 		Log:        d.log,
 	})
+	if err == nil {
+		v.Collected = d.collect(ctx)
+	}
+	return v, err
 }
 
 func (d *Daemon) setPhase(p string) {

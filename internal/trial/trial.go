@@ -24,6 +24,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/daemon"
 	"github.com/sandboxd/sandboxd/internal/masks"
+	"github.com/sandboxd/sandboxd/pkg/collect"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 	"github.com/sandboxd/sandboxd/pkg/task"
@@ -34,16 +35,20 @@ type Config struct {
 	TaskDir    string
 	Agent      string // "oracle", "nop", or a command run in the sandbox
 	HarnessDir string // "" is a fresh one under /media, removed afterwards
-	Bwrap      string
-	AllowCIDRs []string
-	Resolver   egress.Resolver // nil is the system's; tests map names to loopback
-	Log        *slog.Logger
-	Stderr     io.Writer // the agent's output, for the person watching
+	// ArtifactsDir is where the task's artifacts and collect hooks' output
+	// are kept (a new or empty directory); "" is a fresh one under the
+	// system's temporary directory, made only when the task declares any.
+	ArtifactsDir string
+	Bwrap        string
+	AllowCIDRs   []string
+	Resolver     egress.Resolver // nil is the system's; tests map names to loopback
+	Log          *slog.Logger
+	Stderr       io.Writer // the agent's output, for the person watching
 }
 
 // Run runs the trial and returns the verdict. An error means sandboxd
 // itself failed; the agent's own failure is in the verdict.
-func Run(ctx context.Context, tr Config) (grade.Verdict, error) {
+func Run(ctx context.Context, tr Config) (v grade.Verdict, err error) {
 	log := tr.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -63,6 +68,9 @@ func Run(ctx context.Context, tr Config) (grade.Verdict, error) {
 		harness = dir
 		defer os.RemoveAll(dir)
 	}
+	// The collection leaves the harness dir once the daemon has stopped
+	// (this runs after the stop below, before the removal above).
+	defer func() { keepCollected(&v, tr.ArtifactsDir, tr.TaskDir, log) }()
 	// Marked before anything else, so that a concurrent trial's sandbox
 	// hides it too.
 	if err := os.WriteFile(filepath.Join(harness, masks.HarnessMarker), nil, 0o600); err != nil {
@@ -111,10 +119,31 @@ func Run(ctx context.Context, tr Config) (grade.Verdict, error) {
 		return grade.Verdict{}, err
 	}
 	// As Harbor does, the run is graded whatever the agent's outcome.
-	var v grade.Verdict
 	err = client.Call(ctx, control.Request{Op: "grade"}, &v)
 	v.Agent = &agent
 	return v, err
+}
+
+// keepCollected moves what the grading collected out of the trial's
+// harness dir, to dir or a fresh one, and says where in the verdict.
+func keepCollected(v *grade.Verdict, dir, taskDir string, log *slog.Logger) {
+	if v.Collected == nil || v.Collected.Dir == "" {
+		return
+	}
+	if dir == "" {
+		d, err := os.MkdirTemp("", "sandboxd-artifacts-"+filepath.Base(filepath.Clean(taskDir))+"-")
+		if err != nil {
+			v.Collected.Message = "the artifacts could not be kept: " + err.Error()
+			return
+		}
+		dir = d
+	}
+	if err := collect.Move(v.Collected.Dir, dir); err != nil {
+		log.Warn("keep the artifacts", "err", err)
+		v.Collected.Message = "the artifacts could not be kept: " + err.Error()
+		return
+	}
+	v.Collected.Dir = dir
 }
 
 // awaitHealthy holds the agent back until the task's healthcheck has

@@ -120,10 +120,14 @@ func TestTrial_HarborTasks(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		v, err := Run(ctx, Config{TaskDir: dir, Agent: agent, Log: slog.New(slog.DiscardHandler)})
+		kept := filepath.Join(t.TempDir(), "artifacts")
+		v, err := Run(ctx, Config{TaskDir: dir, Agent: agent, ArtifactsDir: kept, Log: slog.New(slog.DiscardHandler)})
 		require.NoError(t, err)
 		want.check(t, v)
 		ran++
+		if tk.Name == "collect" && agent == "oracle" {
+			checkCollected(t, v, kept)
+		}
 		if v.Status == grade.StatusUnhealthy {
 			assert.Nil(t, v.Agent, "no agent runs before the healthcheck passes")
 			assert.Nil(t, v.Reward)
@@ -201,4 +205,42 @@ func TestTrial_UnsetEnvWithoutDefaultRefuses(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "verifier.env.TOKEN: TOKEN needs TASKTEST_UNSET_TOKEN from the host, and it is not set")
 	assert.NoDirExists(t, "/tmp/sandboxd-tasks/unset-env", "nothing ran")
+}
+
+// checkCollected checks what trial/collect's oracle leaves, once graded:
+// the hooks' outcomes with their output beside the verdict, and the
+// artifacts kept where trial was told, without the excluded files and
+// without the link to /etc/shadow followed.
+func checkCollected(t *testing.T, v grade.Verdict, kept string) {
+	t.Helper()
+	c := v.Collected
+	require.NotNil(t, c, "the verdict says what was collected")
+	assert.Equal(t, kept, c.Dir, "kept past the trial's harness dir")
+	require.Len(t, c.Hooks, 2)
+	assert.Equal(t, 0, c.Hooks[0].ExitCode, c.Hooks[0].Error)
+	assert.Equal(t, "snapshot taken\n", c.Hooks[0].Output)
+	assert.True(t, c.Hooks[1].TimedOut, "the second hook has a timeout of its own")
+	assert.Equal(t, -1, c.Hooks[1].ExitCode)
+	out, err := os.ReadFile(filepath.Join(kept, c.Hooks[1].OutputFile))
+	require.NoError(t, err)
+	assert.Equal(t, "started\n", string(out), "a hook's whole output is kept beside the verdict")
+	require.Len(t, c.Artifacts, 2)
+	assert.Equal(t, "collected", c.Artifacts[0].Status)
+	snap, err := os.ReadFile(filepath.Join(kept, c.Artifacts[0].Destination))
+	require.NoError(t, err)
+	assert.Equal(t, "42\n", string(snap), "the hook ran before the artifacts were copied")
+	assert.Equal(t, "agent-logs", c.Artifacts[1].Destination)
+	assert.Equal(t, "partial", c.Artifacts[1].Status, "the planted link is left behind, and said so")
+	assert.Contains(t, strings.Join(c.Artifacts[1].Skipped, "\n"), "shadow: a symlink, not followed")
+	for rel, body := range map[string]string{"agent-logs/notes.txt": "solved\n", "agent-logs/run/1.log": "step 1\n"} {
+		b, err := os.ReadFile(filepath.Join(kept, rel))
+		require.NoError(t, err)
+		assert.Equal(t, body, string(b))
+	}
+	for _, rel := range []string{"agent-logs/run/scratch.tmp", "agent-logs/shadow"} {
+		_, err := os.Lstat(filepath.Join(kept, rel))
+		assert.True(t, os.IsNotExist(err), "%s is not collected", rel)
+	}
+	_, err = os.Stat(filepath.Join(kept, "manifest.json"))
+	assert.NoError(t, err)
 }

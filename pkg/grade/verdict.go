@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+
+	"github.com/sandboxd/sandboxd/pkg/collect"
 )
 
 // Status is the outcome of one grading, as the verdict JSON names it.
@@ -107,6 +109,9 @@ type Verdict struct {
 	// Agent is the agent's outcome; only trial, which runs the agent,
 	// knows it.
 	Agent *Agent `json:"agent,omitempty"`
+	// Collected is what followed the grading: the task's collect hooks and
+	// artifacts, and where they went; nil when it declares neither.
+	Collected *collect.Result `json:"collected,omitempty"`
 }
 
 // Internal is the verdict that reports sandboxd's own failure, with why.
