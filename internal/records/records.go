@@ -96,7 +96,8 @@ type Log struct {
 }
 
 // Open makes dir (0700) and a Log on it; an empty dir gives a nil Log,
-// on which every method does nothing.
+// on which every method does nothing. One process has one Log per
+// directory, whichever door opens it, so that the disk cap holds for all.
 func Open(dir string) (*Log, error) {
 	if dir == "" {
 		return nil, nil
@@ -104,8 +105,11 @@ func Open(dir string) (*Log, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create records dir %s: %w", dir, err)
 	}
-	return &Log{dir: dir}, nil
+	l, _ := logs.LoadOrStore(filepath.Clean(dir), &Log{dir: dir})
+	return l.(*Log), nil
 }
+
+var logs sync.Map // clean dir → *Log
 
 // Dir is where the Log writes.
 func (l *Log) Dir() string { return l.dir }

@@ -38,6 +38,14 @@ func (rc *recorder) write(r *Record) error {
 	return rc.log.Write(r)
 }
 
+// capture records a non-pty exec's output.
+func (rc *recorder) capture(id string) *records.Capture {
+	if rc == nil {
+		return nil
+	}
+	return rc.log.Capture(id)
+}
+
 // cast is a pty session's asciicast.
 type cast struct{ c *records.Cast }
 

@@ -40,6 +40,7 @@ type session struct {
 	started bool
 	relay   *ptyrelay.Session
 	cast    *cast
+	capture *records.Capture // a non-pty exec's output
 	rec     Record
 	cancel  context.CancelFunc // a harness command's context
 
@@ -318,8 +319,12 @@ func (ss *session) start(req *ssh.Request) {
 		}
 		cfg.Stdout = countingWriter{w: ss.ch, n: &ss.out, cast: ss.cast}
 	} else {
-		cfg.Stdout = countingWriter{w: ss.ch, n: &ss.out}
-		cfg.Stderr = countingWriter{w: ss.ch.Stderr(), n: &ss.out}
+		if spec.Role == "" && ss.rec.Kind == "exec" {
+			// A command's output, never a file server's stream.
+			ss.capture = ss.c.s.rec.capture(ss.rec.ID)
+		}
+		cfg.Stdout = ss.capture.Stdout(countingWriter{w: ss.ch, n: &ss.out})
+		cfg.Stderr = ss.capture.Stderr(countingWriter{w: ss.ch.Stderr(), n: &ss.out})
 	}
 
 	if !ss.c.s.addSession(ss) {
@@ -380,6 +385,7 @@ func (ss *session) wait(relay *ptyrelay.Session) {
 	}
 	ss.mu.Lock()
 	ss.rec.Via, ss.rec.Usage = "ssh", records.UsageOf(exit.Rusage)
+	ss.rec.Output = ss.capture.Close()
 	ss.mu.Unlock()
 	e := exitInfo{Code: exit.Code, Signal: exit.SignalName(), Core: exit.Core}
 	if ended == "timeout" {
