@@ -343,7 +343,6 @@ func (d *Daemon) serve(ctx context.Context) (err error) {
 		Resolver:      d.cfg.Resolver,
 		ResolveWait:   peerResolveWait,
 		Catch:         d.catchRules,
-		SockDiag:      d.target.SockDiag,
 		AllowDegraded: d.cfg.AllowDegraded,
 		Log:           d.log,
 	}); err != nil {
