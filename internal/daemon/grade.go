@@ -28,7 +28,7 @@ func (d *Daemon) Grade(ctx context.Context, timeout time.Duration) (grade.Verdic
 	if timeout <= 0 {
 		timeout = d.cfg.VerifierTimeout
 	}
-	proxyEnv, done := d.net.OpenVisit(d.cfg.Network.Verifier)
+	proxyEnv, started, done := d.net.OpenAttributedVisit(d.cfg.Network.Verifier)
 	defer done()
 	task := append(append([]string{}, proxyEnv...), d.cfg.VerifierEnv...)
 	env := sessionenv.Make(d.cfg.ImageEnv, task, user, nil)
@@ -53,6 +53,7 @@ func (d *Daemon) Grade(ctx context.Context, timeout time.Duration) (grade.Verdic
 		LogsDirDev: d.logsDev,
 		LogsDirIno: d.logsIno,
 		Hosts:      d.visitorHosts,
+		Started:    started,
 		Log:        d.log,
 	})
 	if err == nil {

@@ -67,7 +67,7 @@ func (k *Catcher) serveConn(ctx context.Context, s *Proxy, c net.Conn, t *ticket
 	start := time.Now()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
-	client := clientAddr(c)
+	client := clientAddr(c.RemoteAddr())
 	e := event{kind: "decision", label: "caught:" + s.Label, client: client.String(), method: "TCP"}
 	dst, err := origDst(c)
 	if err != nil {
@@ -318,9 +318,9 @@ func intersect(a, b []span) []span {
 	return out
 }
 
-// clientAddr is a caught connection's client address.
-func clientAddr(c net.Conn) netip.AddrPort {
-	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+// clientAddr is a TCP address as a netip.AddrPort.
+func clientAddr(a net.Addr) netip.AddrPort {
+	if ta, ok := a.(*net.TCPAddr); ok {
 		return ta.AddrPort()
 	}
 	return netip.AddrPort{}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sandboxd/sandboxd/internal/cleanup"
 	"github.com/sandboxd/sandboxd/internal/imagefile"
 	"github.com/sandboxd/sandboxd/pkg/netrules"
@@ -63,6 +65,8 @@ type Wiring struct {
 	visitor  *Visitor
 	audit    *Audit
 	answers  *Answers
+	attr     *attributor
+	proxyEnv bool   // ProxyEnv, or names would not resolve without the proxy
 	degraded string // why connections are not caught, when allowed to go on without
 	wg       sync.WaitGroup
 }
@@ -79,7 +83,7 @@ type placedPeer struct {
 // sandbox's network namespace is new and empty, so the plan is made before
 // the sandbox exists: the hosts file that names the peers is part of it.
 func Plan(n Network) (*Wiring, error) {
-	w := &Wiring{net: n}
+	w := &Wiring{net: n, attr: &attributor{}}
 	var err error
 	if w.peers, err = placePeers(n.Peers); err != nil {
 		return nil, err
@@ -91,7 +95,8 @@ func Plan(n Network) (*Wiring, error) {
 		// Added to, never replacing, the substrate's entries.
 		w.files = append(w.files, File{Path: "/etc/hosts", Data: w.hosts})
 	}
-	if n.Agent.Mode != NoNetwork && n.ProxyEnv {
+	w.proxyEnv = n.ProxyEnv || !resolverServed
+	if n.Agent.Mode != NoNetwork && w.proxyEnv {
 		if st, err := os.Stat("/etc/apt/apt.conf.d"); err == nil && st.IsDir() {
 			conf, err := AptProxyConfig(agentProxyURL())
 			if err != nil {
@@ -103,6 +108,11 @@ func Plan(n Network) (*Wiring, error) {
 	}
 	return w, nil
 }
+
+// resolverServed says that the sandbox has a resolver of its own: without
+// one, names outside the hosts file resolve only through the proxy, and
+// the proxy variables are set whatever ProxyEnv says.
+var resolverServed = false
 
 // placePeers gives each peer 127.0.0.1:PORT, or the next 127.0.0.N when that
 // port is reserved for the proxies or already given to another peer.
@@ -229,6 +239,11 @@ type StartConfig struct {
 	// the transparent listener (netrules.Apply on the sandbox). nil: no
 	// connection is caught, and no listener is made for them.
 	Catch func(ctx context.Context, plan netrules.Plan) error
+	// SockDiag opens a sock_diag socket inside the sandbox's network
+	// namespace (join.Target.SockDiag), by which a visit's caught
+	// connections are told from the agent's; nil: every caught connection
+	// is judged by the agent's policy.
+	SockDiag func(ctx context.Context) (*os.File, error)
 	// AllowDegraded lets Start go on when the rules cannot be installed:
 	// the explicit proxy alone then, with its variables, and Degraded says
 	// why. Otherwise such a start fails.
@@ -346,7 +361,17 @@ func (w *Wiring) Start(ctx context.Context, c StartConfig) error {
 	lns = lns[1:]
 	serve("visitor proxy", func() error { return w.visitor.Serve(ctx, vln) })
 	if catchLn != nil {
-		k := &Catcher{Proxy: template, Answers: w.answers, Visit: w.visitor.attribute}
+		if c.SockDiag != nil {
+			if f, err := c.SockDiag(ctx); err != nil {
+				log.Warn("caught connections cannot be attributed to visits: the verifier's are judged by the agent's policy", "err", err)
+			} else {
+				tv := unix.Timeval{Sec: 1}
+				unix.SetsockoptTimeval(int(f.Fd()), unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+				w.attr.diag = f
+				context.AfterFunc(ctx, func() { f.Close() })
+			}
+		}
+		k := &Catcher{Proxy: template, Answers: w.answers, Visit: w.attr.attribute}
 		k.Proxy.Policy = w.net.Agent
 		k.Proxy.Label = "agent"
 		serve("transparent listener", func() error { return k.Serve(ctx, catchLn) })
@@ -405,13 +430,36 @@ func (w *Wiring) ownAddrs() ([]netip.Addr, error) {
 // OpenVisit opens the visitor port for one visit under policy and returns
 // the environment that points the visit's programs at it, and the function
 // that ends the visit. Under no-network nothing is opened and no variable
-// is set. It is for a started Wiring.
+// is set. Its caught connections are the agent's: a visit whose process is
+// known takes OpenAttributedVisit. It is for a started Wiring.
 func (w *Wiring) OpenVisit(policy Policy) (env []string, done func()) {
 	if policy.Mode == NoNetwork {
 		return nil, func() {}
 	}
 	token, done := w.visitor.Open(policy)
 	return ProxyEnv(VisitorURL(sandboxAddr(VisitorProxyPort).String(), token), w.named()), done
+}
+
+// OpenAttributedVisit is OpenVisit for a visit whose process is known once
+// it runs: told its pid with started, the attributor judges the visit's
+// caught connections by policy (under no-network too), not by the
+// agent's. Where they can be told apart, the visit gets no proxy variable
+// (unless ProxyEnv), as under Docker; the port still answers clients
+// configured for it.
+func (w *Wiring) OpenAttributedVisit(policy Policy) (env []string, started func(pid int), done func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	started, forget := w.attr.open(policy, ctx)
+	end := func() { forget(); cancel() }
+	if policy.Mode == NoNetwork {
+		return nil, started, end
+	}
+	token, closeVisit := w.visitor.Open(policy)
+	if !w.proxyEnv && w.degraded == "" && w.attr.diag != nil {
+		env = nil
+	} else {
+		env = ProxyEnv(VisitorURL(sandboxAddr(VisitorProxyPort).String(), token), w.named())
+	}
+	return env, started, func() { end(); closeVisit() }
 }
 
 // Close waits for the listeners, which end with Start's context, and

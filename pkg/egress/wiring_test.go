@@ -42,7 +42,14 @@ func TestPlanPlacesPeersAndNamesThem(t *testing.T) {
 // Without ProxyEnv the agent's environment names no proxy, as under
 // Docker: its connections are caught without it.
 func TestPlanSetsNoProxyVariablesByDefault(t *testing.T) {
+	served := resolverServed
+	t.Cleanup(func() { resolverServed = served })
+	resolverServed = false
 	w, err := Plan(Network{Agent: Policy{Mode: Public}})
+	require.NoError(t, err)
+	assert.Contains(t, w.AgentEnv(), "http_proxy=http://127.0.0.1:3128", "without a resolver of its own, the sandbox resolves names only through the proxy")
+	resolverServed = true
+	w, err = Plan(Network{Agent: Policy{Mode: Public}})
 	require.NoError(t, err)
 	assert.Nil(t, w.AgentEnv())
 	for _, f := range w.AgentFiles() {
@@ -154,6 +161,9 @@ func TestStartFailsClosedWithoutTheRules(t *testing.T) {
 		assert.Equal(t, "127.0.0.1:3130", plan.Catch.String())
 		return &netrules.Error{Step: "install the nftables rules", Err: errors.New("operation not supported")}
 	}
+	served := resolverServed
+	t.Cleanup(func() { resolverServed = served })
+	resolverServed = true
 	for _, degrade := range []bool{false, true} {
 		w, err := Plan(Network{Agent: Policy{Mode: Public}})
 		require.NoError(t, err)

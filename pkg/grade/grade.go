@@ -51,7 +51,10 @@ type Config struct {
 	// same names the agent's view has (inside a container, Docker's DNS is
 	// out of the sandbox network's reach).
 	Hosts string
-	Log   *slog.Logger
+	// Started, if set, is told the verifier's pid once it runs (see
+	// visit.View.Started).
+	Started func(pid int)
+	Log     *slog.Logger
 }
 
 // Run grades the sandbox once: it copies the tests and makes a verdict
@@ -104,6 +107,7 @@ func Run(ctx context.Context, cfg Config) (Verdict, error) {
 		Hosts:      cfg.Hosts,
 		Mask:       cfg.Mask,
 		Devices:    cfg.Devices,
+		Started:    cfg.Started,
 	}
 	spec := join.Spec{User: cfg.User, Env: cfg.Env, Dir: cfg.Workdir, Argv: []string{visit.TestsDir + "/test.sh"}}
 	log.Info("grade: verifier starting", "dir", ws.dir, "uid", cfg.User.UID, "gid", cfg.User.GID, "workdir", cfg.Workdir, "timeout", timeout)

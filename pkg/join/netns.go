@@ -81,6 +81,21 @@ func netnsSockets[T any](ctx context.Context, t Target, verb string, addrs []net
 	return out, errs, nil
 }
 
+// SockDiag opens a NETLINK_SOCK_DIAG socket inside the sandbox's network
+// namespace: its queries see the sockets there (whose is a caught
+// connection), for the socket's life. Reading TCP sockets takes no
+// capability.
+func (t Target) SockDiag(ctx context.Context) (*os.File, error) {
+	files, perAddr, err := t.netnsCall(ctx, []string{"diag", "0.0.0.0:0"}, 1)
+	if err != nil {
+		return nil, err
+	}
+	if perAddr[0] != "" {
+		return nil, fmt.Errorf("sock_diag socket inside the sandbox: %s", perAddr[0])
+	}
+	return files[0], nil
+}
+
 // Dial connects to addr from inside the sandbox's network namespace (ssh -L
 // reaches the servers the agent started).
 func (t Target) Dial(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
@@ -150,7 +165,7 @@ func (t Target) netnsCall(ctx context.Context, args []string, n int) ([]*os.File
 func netnsChild(args []string) int {
 	conn := 4
 	if len(args) < 2 {
-		fmt.Fprintln(os.Stderr, "netns: usage: listen|udp|dial ADDR...")
+		fmt.Fprintln(os.Stderr, "netns: usage: listen|udp|dial|diag ADDR...")
 		return 2
 	}
 	verb, addrs := args[0], args[1:]
@@ -182,6 +197,9 @@ func netnsChild(args []string) int {
 }
 
 func sandboxSocket(verb string, ap netip.AddrPort) (int, error) {
+	if verb == "diag" { // the address is a placeholder
+		return unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	}
 	family := unix.AF_INET
 	if ap.Addr().Is6() && !ap.Addr().Is4In6() {
 		family = unix.AF_INET6

@@ -1,0 +1,105 @@
+package daemon
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/internal/config"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
+	"github.com/sandboxd/sandboxd/pkg/grade"
+)
+
+// serveBanner answers every connection on ln with banner and counts them.
+func serveBanner(ln net.Listener, banner string) *atomic.Int64 {
+	var hits atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			hits.Add(1)
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				io.WriteString(c, banner)
+			}()
+		}
+	}()
+	return &hits
+}
+
+// dialer is a Python loop that connects to addr:80 every 20 ms and logs
+// each outcome to the file it is given, until killed.
+const dialer = `
+import socket, sys, time
+addr, log = sys.argv[1], open(sys.argv[2], "a", buffering=1)
+while True:
+    try:
+        s = socket.create_connection((addr, 80), timeout=2)
+        log.write("ok " + s.recv(64).decode().strip() + "\n")
+        s.close()
+    except OSError as e:
+        log.write("refused " + type(e).__name__ + "\n")
+    time.sleep(0.02)
+`
+
+// The verifier's caught connections are judged by the verifier's policy,
+// the agent's by the agent's, while an agent process keeps dialling the
+// same host throughout grading: a stricter verifier is refused what the
+// agent reaches, a looser one reaches what the agent is refused. Neither
+// uses a proxy (docs/failures.md#the-verifier-keeps-its-own-policy).
+func TestCaughtConnectionsOfTheVerifierAreJudgedByItsPolicy(t *testing.T) {
+	requireTool(t, "python3")
+	host := sandboxtest.NewTestHost(t)
+	hits := serveBanner(host.Listen(t, 80), "testhost\n")
+	for _, tc := range []struct {
+		name            string
+		toml            string
+		verifierReaches bool
+	}{
+		{"a stricter verifier", "[agent]\nnetwork_mode = \"public\"\n[verifier]\nnetwork_mode = \"no-network\"\n", false},
+		{"a looser verifier", "[agent]\nnetwork_mode = \"no-network\"\n[verifier]\nnetwork_mode = \"public\"\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			script := fmt.Sprintf(`python3 -c '
+import socket
+try:
+    s = socket.create_connection((%q, 80), timeout=5); print("verifier got", s.recv(64).decode().strip()); r = 1
+except OSError as e:
+    print("verifier refused", type(e).__name__); r = 0
+open("/logs/verifier/reward.txt", "w").write(str(r))'
+`, host.Addr.String())
+			dir := taskDir(t, tc.toml, script)
+			s := serveTask(t, dir, config.Config{}, host.Addr.String()+"/32")
+			log := "/tmp/caught-dialer-" + strings.ReplaceAll(tc.name, " ", "-") + ".log"
+			r := s.sh(t, fmt.Sprintf("rm -f %s; (python3 -c %s %s %s </dev/null >/dev/null 2>&1 &) ; sleep 0.3; cat %s", log, shQuote(dialer), host.Addr, log, log))
+			require.Equal(t, 0, r.exit.Code, r.stderr)
+			before := hits.Load()
+			v := gradeNow(t, s)
+			require.Equal(t, grade.StatusGraded, v.Status, v.Message+v.StdoutTail)
+			got := s.sh(t, "cat "+log+"; pkill -f caught-dialer; rm -f "+log).stdout
+			if tc.verifierReaches {
+				assert.Equal(t, map[string]float64{"reward": 1}, v.Reward, v.StdoutTail)
+				assert.Contains(t, v.StdoutTail, "verifier got testhost")
+				assert.NotContains(t, got, "ok ", "the no-network agent reached the host")
+				assert.Equal(t, int64(1), hits.Load()-before, "only the verifier's connection arrived")
+			} else {
+				assert.Equal(t, map[string]float64{"reward": 0}, v.Reward, v.StdoutTail)
+				assert.Contains(t, v.StdoutTail, "verifier refused")
+				assert.Contains(t, got, "ok testhost", "the public agent's dialer was cut off")
+			}
+		})
+	}
+}
+
+// shQuote quotes s for a POSIX shell.
+func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
