@@ -126,13 +126,16 @@ func TestCpTarStreams(t *testing.T) {
 	assert.Equal(t, []string{"dir/", "dir/file"}, names)
 }
 
+// cpBigFile is TestCpLargeFile's size: 64 MiB, or 1 GiB under -tags soak.
+var cpBigFile int64 = 64 << 20
+
 // A large file streams through the control socket with its checksum kept.
 func TestCpLargeFile(t *testing.T) {
 	s := serveForTest(t, config.Config{})
 	dir := t.TempDir()
 	f, err := os.Create(filepath.Join(dir, "big"))
 	require.NoError(t, err)
-	_, err = io.CopyN(f, rand.NewChaCha8([32]byte{2}), 64<<20)
+	_, err = io.CopyN(f, rand.NewChaCha8([32]byte{2}), cpBigFile)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 	inside := "/tmp/" + filepath.Base(t.TempDir())
@@ -140,9 +143,10 @@ func TestCpLargeFile(t *testing.T) {
 	require.NoError(t, os.Mkdir(inside, 0o755))
 	start := time.Now()
 	require.NoError(t, s.cp(t, tarcopy.Copy{Src: filepath.Join(dir, "big"), Dst: "sandbox:" + inside}))
+	in := time.Since(start)
 	out := t.TempDir()
 	require.NoError(t, s.cp(t, tarcopy.Copy{Src: "sandbox:" + inside + "/big", Dst: out}))
-	t.Logf("64 MiB in and out through the sandbox in %v", time.Since(start))
+	t.Logf("%d MiB: in %v, out %v", cpBigFile>>20, in.Round(time.Millisecond), (time.Since(start) - in).Round(time.Millisecond))
 	assert.Equal(t, sandboxtest.Tree(t, dir, false)["big"], sandboxtest.Tree(t, out, false)["big"], "checksum, mode and mtime")
 }
 
