@@ -34,7 +34,7 @@ func (s *Server) serveConn(nc net.Conn) {
 	// A client that connects and says nothing must not hold a goroutine
 	// and a descriptor forever.
 	nc.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
-	sconn, chans, reqs, err := ssh.NewServerConn(nc, s.sshConfig)
+	sconn, chans, reqs, err := newServerConn(nc, s.sshConfig)
 	<-s.handshake
 	s.mu.Lock()
 	delete(s.pending, nc)
