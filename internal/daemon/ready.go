@@ -60,13 +60,21 @@ func sshAnswers(addr net.Addr) error {
 		return fmt.Errorf("listener address %v", addr)
 	}
 	dial := *a
+	var c net.Conn
+	var err error
 	if dial.IP.IsUnspecified() {
-		dial.IP = net.IPv4(127, 0, 0, 1)
-		if a.IP.To4() == nil {
-			dial.IP = net.IPv6loopback
+		// Go listens on 0.0.0.0 as a dual-stack [::]: IPv4 loopback is
+		// the one a container always has (Docker's have no ::1 without
+		// IPv6), and the wildcard takes it; ::1 is for an IPv6-only one.
+		for _, ip := range []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback} {
+			dial.IP = ip
+			if c, err = net.DialTimeout("tcp", dial.String(), 2*time.Second); err == nil {
+				break
+			}
 		}
+	} else {
+		c, err = net.DialTimeout("tcp", dial.String(), 2*time.Second)
 	}
-	c, err := net.DialTimeout("tcp", dial.String(), 2*time.Second)
 	if err != nil {
 		return err
 	}
