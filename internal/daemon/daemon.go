@@ -149,6 +149,8 @@ type sandboxSt struct {
 	Bwrap      string   `json:"bwrap"`
 	BwrapPath  string   `json:"bwrap_path"`
 	IDMap      string   `json:"id_map"`
+	UIDMap     string   `json:"uid_map"` // "0 0 65536" in a user namespace of 65,536 ids (hostUsers: false)
+	GIDMap     string   `json:"gid_map"`
 	Namespaces []string `json:"namespaces"`
 }
 
@@ -504,6 +506,7 @@ func (d *Daemon) Status() Status {
 		Sandbox: sandboxSt{
 			PID: d.holder.PID, Bwrap: d.holder.Version.String(), BwrapPath: d.holder.Bwrap,
 			IDMap: d.holder.MapMode, Namespaces: d.holder.Namespaces,
+			UIDMap: d.holder.UIDMap.Line(), GIDMap: d.holder.GIDMap.Line(),
 		},
 		Degradations: deg,
 		Sessions:     sessions,

@@ -49,7 +49,9 @@ type Holder struct {
 	PID          int // pid 1 of the sandbox, as seen from the substrate
 	Version      Version
 	Bwrap        string
-	MapMode      string   // "identity" or "single-id"
+	MapMode      string    // "identity" or "single-id"
+	UIDMap       idmap.Map // the maps written, as the substrate's ids
+	GIDMap       idmap.Map
 	Degradations []string // what the sandbox lacks compared with its declaration
 	Namespaces   []string // the namespaces it owns (/proc/PID/ns names), read from the holder itself
 
@@ -228,7 +230,7 @@ func Start(ctx context.Context, cfg Config) (*Holder, error) {
 	if err != nil {
 		return nil, h.died(err)
 	}
-	h.MapMode = mode
+	h.MapMode, h.UIDMap, h.GIDMap = mode, uid, gid
 	if mode != "identity" {
 		h.Degradations = append(h.Degradations, "id map: single-id (the kernel refused the identity map; files of other users show as nobody)")
 		log.Warn("sandbox degraded: single-id map", "uid_map", strings.TrimSpace(uid.String()), "gid_map", strings.TrimSpace(gid.String()))

@@ -179,7 +179,8 @@ func Run(ctx context.Context, cfg Config) Report {
 		}
 	}
 	defer h.Kill()
-	add(Check{Name: "sandbox", OK: true, Detail: fmt.Sprintf("holder pid %d, id map %s, namespaces %s", h.PID, h.MapMode, strings.Join(h.Namespaces, " "))})
+	add(Check{Name: "sandbox", OK: true, Detail: fmt.Sprintf("holder pid %d, id map %s (uid_map %s; gid_map %s), namespaces %s",
+		h.PID, h.MapMode, h.UIDMap.Line(), h.GIDMap.Line(), strings.Join(h.Namespaces, " "))})
 
 	u, err := idmap.Lookup("/", cfg.AgentUser)
 	if err != nil {

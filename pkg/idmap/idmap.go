@@ -101,6 +101,13 @@ func (m Map) String() string {
 	return b.String()
 }
 
+// Line is the map on one line, extents joined by ", " ("0 0 65536"), for
+// status and doctor: a container in a user namespace of its own (Kubernetes
+// hostUsers: false) has 65,536 ids, not the host's 4,294,967,295.
+func (m Map) Line() string {
+	return strings.ReplaceAll(strings.TrimSpace(m.String()), "\n", ", ")
+}
+
 // Write installs uid and gid maps for the user namespace of pid. Each map
 // file takes exactly one write, so each is written whole, once
 // (docs/failures.md#identity-map-includes-the-ids-bwrap-runs-as).
