@@ -19,6 +19,7 @@
 package sftpd
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -63,12 +64,15 @@ type stdio struct {
 }
 
 // serveSFTP serves SFTP v3 with OpenSSH's extensions (posix-rename,
-// statvfs, hardlink, fsync) until the client closes the channel. Paths are
+// statvfs, hardlink, fsync, limits) until the client closes the channel. Paths are
 // relative to the working directory, as OpenSSH's sftp-server has them.
-// The allocator reuses packet buffers: without it, the garbage of 32 KiB
-// writes keeps an upload below OpenSSH's server (test/bench, sftp).
+// The allocator reuses packet buffers: without it, the garbage of small
+// writes keeps an upload below OpenSSH's server (test/bench, sftp); and
+// with limits@openssh.com (filter.go), reads answer up to maxIO bytes.
 func serveSFTP(in io.Reader, out io.WriteCloser) int {
-	srv, err := sftp.NewServer(stdio{in, out}, sftp.WithAllocator())
+	replies := newReplies(out)
+	requests := &requests{r: bufio.NewReaderSize(in, 64<<10), out: replies}
+	srv, err := sftp.NewServer(stdio{requests, replies}, sftp.WithAllocator(), sftp.WithMaxTxPacket(maxIO))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sandboxd: sftp server: %v\n", err)
 		return 1

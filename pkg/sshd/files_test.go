@@ -337,6 +337,41 @@ func TestSFTPExtensionsAsOpenSSH(t *testing.T) {
 	assert.Contains(t, r.stdout, "Capacity", "df answered (statvfs@openssh.com)")
 }
 
+// TestSFTPAsOpenSSHsServerTellsItsClient: what OpenSSH's client does
+// differently with OpenSSH's server it does with sandboxd's: 255 KiB reads
+// and writes (limits@openssh.com), and `scp -r` without -p makes each
+// directory with the local one's mode (MKDIR's attributes), so a private
+// directory stays private.
+func TestSFTPAsOpenSSHsServerTellsItsClient(t *testing.T) {
+	requireTool(t, "scp", "openssh-client")
+	requireTool(t, "sftp", "openssh-client")
+	fs := startFilesServer(t)
+	r := run(t, exec.Command("sftp", append(fs.base(), "-vvv", "-b", "/dev/null", "agent@127.0.0.1")...), "")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stderr, `Server supports extension "limits@openssh.com"`)
+	assert.Contains(t, r.stderr, "using 261120 / 261120", "the client moves 255 KiB per request")
+
+	tree := filepath.Join(fs.local, "modes")
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{"", 0o755}, {"private", 0o700}, {"group", 0o750}} {
+		p := filepath.Join(tree, d.path)
+		require.NoError(t, os.MkdirAll(p, 0o755))
+		require.NoError(t, os.Chmod(p, d.mode))
+	}
+	r = run(t, exec.Command("scp", append(fs.base(), "-r", tree, "agent@127.0.0.1:modes")...), "")
+	require.Equal(t, 0, r.code, r.stderr)
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{"private", 0o700}, {"group", 0o750}} {
+		st, err := os.Stat(filepath.Join(fs.workdir, "modes", d.path))
+		require.NoError(t, err)
+		assert.Equal(t, d.mode, st.Mode().Perm(), d.path)
+	}
+}
+
 // TestLinksOutOfTheViewAreNotFollowed: "escape" points at a file of the
 // substrate that the agent user could read there, in a directory absent
 // from the sandbox's view (as the harness dir is). The file server
