@@ -215,7 +215,10 @@ func (f *DNSForwarder) ask(ctx context.Context, network, server string, q *dnsQu
 		conn.SetDeadline(dl)
 	}
 	id := uint16(rand.Uint32())
-	out := append([]byte(nil), q.raw...)
+	out, err := forwardQuery(q)
+	if err != nil {
+		return nil, err
+	}
 	binary.BigEndian.PutUint16(out, id)
 	if network == "tcp" {
 		out = append(binary.BigEndian.AppendUint16(nil, uint16(len(out))), out...)
@@ -239,6 +242,9 @@ func (f *DNSForwarder) ask(ctx context.Context, network, server string, q *dnsQu
 		}
 		if answers(resp, id, q) {
 			binary.BigEndian.PutUint16(resp, q.id)
+			// This resolver recurses for the sandbox, whatever the server
+			// it asked says of itself (an authoritative one says nothing).
+			resp[3] |= 0x80 // RA
 			return resp, nil
 		}
 		if network == "tcp" {

@@ -64,7 +64,11 @@ func parseQuery(raw []byte) (*dnsQuery, dnsmessage.RCode, error) {
 	if q.q, err = p.Question(); err != nil {
 		return q, dnsmessage.RCodeFormatError, errFormat
 	}
-	if q.qEnd, err = skipName(raw, dnsHeaderLen); err != nil || q.qEnd+4 > len(raw) {
+	// No client compresses the question's name (there is nothing before it
+	// to point to): one that does is refused, so that the question's bytes
+	// are the name's one wire form, which the cache and the check of an
+	// upstream's answer compare.
+	if q.qEnd, err = skipName(raw, dnsHeaderLen, false); err != nil || q.qEnd+4 > len(raw) {
 		return q, dnsmessage.RCodeFormatError, errFormat
 	}
 	q.qEnd += 4
@@ -101,9 +105,9 @@ func parseQuery(raw []byte) (*dnsQuery, dnsmessage.RCode, error) {
 	return q, dnsmessage.RCodeSuccess, nil
 }
 
-// skipName returns the offset just past the (possibly compressed) name at
-// off in msg.
-func skipName(msg []byte, off int) (int, error) {
+// skipName returns the offset just past the name at off in msg, which may
+// end in a compression pointer if compressed allows it.
+func skipName(msg []byte, off int, compressed bool) (int, error) {
 	for hops := 0; ; hops++ {
 		if off >= len(msg) || hops > 127 {
 			return 0, errFormat
@@ -113,7 +117,7 @@ func skipName(msg []byte, off int) (int, error) {
 		case l == 0:
 			return off + 1, nil
 		case l&0xc0 == 0xc0: // a pointer ends the name where it stands
-			if off+2 > len(msg) {
+			if !compressed || off+2 > len(msg) {
 				return 0, errFormat
 			}
 			return off + 2, nil
@@ -142,14 +146,14 @@ func recordTTLs(msg []byte) ([]ttlField, error) {
 	off := dnsHeaderLen
 	var err error
 	for range qd {
-		if off, err = skipName(msg, off); err != nil {
+		if off, err = skipName(msg, off, true); err != nil {
 			return nil, err
 		}
 		off += 4
 	}
 	var out []ttlField
 	for range rrs {
-		if off, err = skipName(msg, off); err != nil {
+		if off, err = skipName(msg, off, true); err != nil {
 			return nil, err
 		}
 		if off+10 > len(msg) {
@@ -272,6 +276,34 @@ func headerOnly(q *dnsQuery, rcode dnsmessage.RCode) []byte {
 	}
 	binary.BigEndian.PutUint16(msg[2:], flags)
 	return msg
+}
+
+// forwardQuery is q as the name servers are asked it: the question, RD and
+// CD, and an OPT record only if the client sent one, with its DO bit and no
+// option. Options are the client's own (a DNS cookie names the client, and
+// an answer from the cache that echoed another client's would be dropped as
+// forged), so none is passed on.
+func forwardQuery(q *dnsQuery) ([]byte, error) {
+	b := dnsmessage.NewBuilder(make([]byte, 0, 64+q.qEnd), dnsmessage.Header{ID: q.id, RecursionDesired: q.rd, CheckingDisabled: q.cd})
+	if err := b.StartQuestions(); err != nil {
+		return nil, err
+	}
+	if err := b.Question(q.q); err != nil {
+		return nil, err
+	}
+	if q.edns {
+		if err := b.StartAdditionals(); err != nil {
+			return nil, err
+		}
+		var rh dnsmessage.ResourceHeader
+		if err := rh.SetEDNS0(dnsMaxUDP, dnsmessage.RCodeSuccess, q.dnssecOK); err != nil {
+			return nil, err
+		}
+		if err := b.OPTResource(rh, dnsmessage.OPTResource{}); err != nil {
+			return nil, err
+		}
+	}
+	return b.Finish()
 }
 
 // truncated is resp cut to its header and question with the TC bit set, for

@@ -166,11 +166,23 @@ func TestDNSCache(t *testing.T) {
 	query(t, "udp", addr, "short.test.", dnsmessage.TypeA, false)
 	assert.EqualValues(t, 3, zone.udp.Load(), "a 2 s TTL is asked again after 3 s")
 
+	// dig sends a DNS cookie: an answer from the cache must not echo the
+	// first client's, which dig would take for a forgery.
+	for range 2 {
+		host, port, _ := net.SplitHostPort(addr)
+		out, err := exec.Command("dig", "@"+host, "-p", port, "+tries=1", "+time=4", "TXT", "a.test").CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		assert.Contains(t, string(out), "v=test1")
+		assert.NotContains(t, string(out), "COOKIE mismatch")
+		assert.NotContains(t, strings.ToLower(string(out)), "warning")
+	}
+	assert.EqualValues(t, 4, zone.udp.Load(), "the second dig from the cache")
+
 	// Negative answers are kept for their SOA's TTL.
 	query(t, "udp", addr, "nowhere.test.", dnsmessage.TypeA, false)
 	m, _ = query(t, "udp", addr, "nowhere.test.", dnsmessage.TypeA, false)
 	assert.Equal(t, dnsmessage.RCodeNameError, m.Header.RCode)
-	assert.EqualValues(t, 4, zone.udp.Load())
+	assert.EqualValues(t, 5, zone.udp.Load())
 }
 
 // TestDNSCacheBounded pins the cache's bound on entries.
@@ -355,6 +367,7 @@ func TestDNSBadInput(t *testing.T) {
 		{"two questions", twoQuestions, int(dnsmessage.RCodeFormatError)},
 		{"cut question", good[:len(good)-2], int(dnsmessage.RCodeFormatError)},
 		{"NOTIFY", notify, int(dnsmessage.RCodeNotImplemented)},
+		{"compressed question", []byte{0, 7, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 'a', 0xc0, 12, 0, 1, 0, 1}, int(dnsmessage.RCodeFormatError)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
