@@ -70,6 +70,7 @@ func runServe(ctx context.Context, args []string) int {
 	fs.Var(network, "network", "the agent's network `MODE` without a task: public, allowlist or no-network (with a task: must be the task's)")
 	allowHosts := &listFlag{check: checkAllowHost}
 	fs.Var(allowHosts, "allow-host", "under allowlist, a `NAME` the agent may reach: an exact name or *.suffix; alone, it means --network allowlist (repeatable)")
+	agentHosts, envHosts := runtimeHostFlags(fs)
 	peers := &listFlag{check: checkPeer}
 	fs.Var(peers, "peer", "offer a substrate service inside the sandbox as `NAME:PORT[=TARGET]`, TARGET a host:port (default 127.0.0.1:PORT) (repeatable)")
 	listen := fs.String("listen", "0.0.0.0:2222", "SSH listen `ADDR` in the container's network (\"\" turns SSH off)")
@@ -133,6 +134,9 @@ func runServe(ctx context.Context, args []string) int {
 	if err != nil {
 		log.Error("serve failed", "err", err)
 		return fail("serve: %v", err)
+	}
+	if cfg, err = config.AllowRuntimeHosts(cfg, agentHosts.vals, envHosts.vals); err != nil {
+		return usageError(fs, "%v", err)
 	}
 	cfg.Network.ProxyEnv = *proxyEnv
 	if len(cfg.Entrypoint) > 0 {
@@ -296,4 +300,14 @@ func readKeys(path, value string) ([]byte, error) {
 		out = append(out, '\n')
 	}
 	return append(out, value...), nil
+}
+
+// runtimeHostFlags are serve's and trial's --allow-agent-host and
+// --allow-environment-host, Harbor's run-time host allowances
+// (config.AllowRuntimeHosts).
+func runtimeHostFlags(fs *flag.FlagSet) (agent, environment *listFlag) {
+	agent, environment = &listFlag{check: checkAllowHost}, &listFlag{check: checkAllowHost}
+	fs.Var(agent, "allow-agent-host", "a `NAME` the agent phase may reach beyond the task's policy (its model's API), as harbor run's: lifts no-network to an allowlist, extends one; never the verifier's (repeatable)")
+	fs.Var(environment, "allow-environment-host", "a `NAME` merged into the task's [environment] network baseline, as harbor run's: every phase without a network_mode of its own gets it (repeatable)")
+	return agent, environment
 }

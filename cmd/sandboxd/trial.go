@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"log/slog"
 	"os"
 
@@ -17,6 +18,7 @@ func runTrial(ctx context.Context, args []string) int {
 	bwrapPath := fs.String("bwrap", "bwrap", "the bubblewrap binary, a `PATH` or a name on PATH")
 	verbose := fs.Bool("v", false, "log what the daemon does")
 	cidrs := &listFlag{check: checkCIDR}
+	agentHosts, envHosts := runtimeHostFlags(fs)
 	fs.Var(cidrs, "egress-allow-cidr", "open an address range the egress guard refuses, deliberately: a `CIDR` such as 10.1.0.0/16 (repeatable)")
 	// The task directory may come before or after the flags.
 	var taskDir string
@@ -25,6 +27,9 @@ func runTrial(ctx context.Context, args []string) int {
 	}
 	if ok, code := parse(fs, args); !ok {
 		return code
+	}
+	if err := settingsFromEnv(fs, os.LookupEnv, "allow-agent-host", "allow-environment-host"); err != nil {
+		return usageError(fs, "%v", err)
 	}
 	rest := fs.Args()
 	if taskDir == "" && len(rest) > 0 {
@@ -48,6 +53,8 @@ func runTrial(ctx context.Context, args []string) int {
 		ArtifactsDir: *artifacts,
 		Bwrap:        *bwrapPath,
 		AllowCIDRs:   cidrs.vals,
+		AgentHosts:   agentHosts.vals,
+		EnvHosts:     envHosts.vals,
 		Log:          log,
 		Stderr:       os.Stderr,
 	})
@@ -55,4 +62,20 @@ func runTrial(ctx context.Context, args []string) int {
 		return failWithVerdict(*asJSON, "trial: "+err.Error())
 	}
 	return printVerdict(v, *asJSON)
+}
+
+// settingsFromEnv gives the named flags that the command line did not give
+// the value of their SANDBOXD_ variable, as serve's settings do.
+func settingsFromEnv(fs *flag.FlagSet, lookup func(string) (string, bool), names ...string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, name := range names {
+		env := serveEnv(name)
+		if v, ok := lookup(env); ok && !given[name] {
+			if err := setFromEnv(fs.Lookup(name), env, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

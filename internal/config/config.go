@@ -30,7 +30,10 @@ type Config struct {
 	Hide          []string // more paths absent from the sandbox (trial: the task dir)
 	Devices       []string // devices to bind through when present
 	Network       Network  // per-phase policies and peers
-	SSH           SSH      // the SSH door; its Listen "" turns it off
+	// RuntimeHosts are the hosts the harness added to Network at run time
+	// (AllowRuntimeHosts), named apart from the task's own policy.
+	RuntimeHosts RuntimeHosts
+	SSH          SSH // the SSH door; its Listen "" turns it off
 	// The served task, when there is one, and what follows from it.
 	Task            *task.Task
 	Tests           string // the task's tests directory, copied afresh for each grading

@@ -136,6 +136,9 @@ type netStatus struct {
 	Agent    string   `json:"agent"`
 	Verifier string   `json:"verifier"`
 	Peers    []string `json:"peers,omitempty"`
+	// RuntimeHosts are the hosts the harness added at run time, apart
+	// from the task's own policy.
+	RuntimeHosts *config.RuntimeHosts `json:"runtime_hosts,omitempty"`
 }
 
 type userStatus struct {
@@ -351,6 +354,7 @@ func (d *Daemon) serve(ctx context.Context) (err error) {
 		return err
 	}
 	down.Add(d.net.Close)
+	d.noteRuntimeHosts()
 	d.reserveGradeSpace()
 	// The first program of the image's that the sandbox runs besides pid 1
 	// is the entrypoint; sessions come later.
@@ -482,6 +486,9 @@ func (d *Daemon) Status() Status {
 		taskName = d.cfg.Task.Name
 	}
 	ns := netStatus{Agent: string(d.cfg.Network.Agent.Mode), Verifier: string(d.cfg.Network.Verifier.Mode), Peers: d.net.Peers()}
+	if d.cfg.RuntimeHosts.Any() {
+		ns.RuntimeHosts = &d.cfg.RuntimeHosts
+	}
 	sort.Slice(sessions, func(i, j int) bool { return sessions[i].ID < sessions[j].ID })
 	deg := append(append([]string{}, d.holder.Degradations...), d.warnings...)
 	if why := d.net.Degraded(); why != "" {

@@ -41,9 +41,12 @@ type Config struct {
 	ArtifactsDir string
 	Bwrap        string
 	AllowCIDRs   []string
-	Resolver     egress.Resolver // nil is the system's; tests map names to loopback
-	Log          *slog.Logger
-	Stderr       io.Writer // the agent's output, for the person watching
+	// AgentHosts and EnvHosts are the run-time host allowances,
+	// --allow-agent-host and --allow-environment-host (config.AllowRuntimeHosts).
+	AgentHosts, EnvHosts []string
+	Resolver             egress.Resolver // nil is the system's; tests map names to loopback
+	Log                  *slog.Logger
+	Stderr               io.Writer // the agent's output, for the person watching
 }
 
 // Run runs the trial and returns the verdict. An error means sandboxd
@@ -327,5 +330,5 @@ func serveConfig(tr Config, harness, taskDir string, log *slog.Logger) (config.C
 	if cfg.Task == nil {
 		return cfg, fmt.Errorf("%s holds no task.toml", tr.TaskDir)
 	}
-	return cfg, nil
+	return config.AllowRuntimeHosts(cfg, tr.AgentHosts, tr.EnvHosts)
 }
