@@ -442,8 +442,9 @@ func sshExecAct(rt *raceTarget) string {
 	})
 }
 
-// sftpAct asks for the sftp subsystem, which looks for the image's
-// sftp-server: it must end (or run) within the bound either way.
+// sftpAct asks for the sftp subsystem, which is sandboxd's own and never
+// looks at the image's sftp-server: it must end (or run) within the bound
+// whatever is planted there.
 func sftpAct(rt *raceTarget) string {
 	return sshSession(rt, raceAnswer, "sftp", func(s *ssh.Session) error {
 		in, err := s.StdinPipe()
