@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxd/sandboxd/internal/config"
+	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/tarcopy"
 )
@@ -61,6 +62,18 @@ func TestCpRoundTripThroughTheSandbox(t *testing.T) {
 	st, err = os.Lstat(filepath.Join(out2, "app/data"))
 	require.NoError(t, err)
 	assert.Equal(t, uint32(4321), st.Sys().(*syscall.Stat_t).Uid)
+	require.NoError(t, os.Lchown(filepath.Join(src, "data"), 1234, 5678))
+	rootOnly := inside + "/root-only"
+	require.NoError(t, os.Mkdir(rootOnly, 0o755))
+	require.NoError(t, s.cp(t, tarcopy.Copy{Src: src, Dst: "sandbox:" + rootOnly, Archive: true}))
+	asRoot := func(script string) execResult {
+		return s.exec(t, control.Request{Argv: []string{"/bin/sh", "-c", script}, User: "0"}, "")
+	}
+	r = asRoot("stat -c '%u:%g' " + rootOnly + "/app/data")
+	assert.Equal(t, "1234:5678\n", r.stdout, "into a directory only root may write, with the archive's ids: %s", r.stderr)
+	require.NoError(t, s.cp(t, tarcopy.Copy{Src: src + "/data", Dst: "sandbox:" + rootOnly, User: "0:0"}))
+	r = asRoot("stat -c '%u:%g' " + rootOnly + "/data")
+	assert.Equal(t, "0:0\n", r.stdout, "-u names the owner")
 }
 
 // sandbox:PATH resolves in the sandbox's view, where the harness dir is

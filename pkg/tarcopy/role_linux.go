@@ -9,11 +9,10 @@ import (
 	"github.com/sandboxd/sandboxd/internal/childproc"
 )
 
-// role is the child role that does the sandbox's side of a copy. It runs
-// joined into the sandbox's user and mount namespaces (Serve), so every
-// path it resolves, symlinks included, resolves in the sandbox's view,
-// where the harness dir is absent; it stays out of the sandbox's pid
-// namespace, so no agent process can see it or signal it.
+// role is the child role that does the sandbox's side of a copy. It is
+// joined into the sandbox as a session is (Serve), so every path it
+// resolves, symlinks included, resolves in the sandbox's view, where the
+// harness dir is absent, and it holds no more than a session's root.
 const role = "cp"
 
 func init() { childproc.Add(role, runRole) }

@@ -17,7 +17,7 @@ import (
 )
 
 // Serve does the sandbox's side of one copy for the daemon: the role,
-// joined into the sandbox's user and mount namespaces, packs c.Path onto
+// joined into the sandbox as a session is, packs c.Path onto
 // conn as stdout frames, or unpacks the stdin frames the client sends at
 // c.Path, owned by owner unless c.Archive. It returns how the role ended;
 // the reason of a failure has been sent as a stderr frame. A client that
@@ -32,7 +32,16 @@ func Serve(ctx context.Context, conn *control.Conn, t join.Target, c control.Cop
 	if !c.Out {
 		args = []string{"unpack", p, strconv.Itoa(int(owner.UID)), strconv.Itoa(int(owner.GID)), flag(c.Archive), flag(c.Raw)}
 	}
-	cmd := t.Join([]string{"user", "mnt"}, role, args...)
+	// Joined as a session is, as the sandbox's root with a session's
+	// bounded capabilities (enough to read anything and to chown), but
+	// without the agent's limits: the copy is the harness's, and must not
+	// be the OOM killer's first pick or count against the agent's cgroup.
+	t.Limits = join.Limits{}
+	st, err := t.Command(join.Spec{User: idmap.User{Name: "root"}, Dir: "/", Role: role, Argv: args})
+	if err != nil {
+		return control.Exit{}, nil, err
+	}
+	cmd := st.Cmd
 	cmd.Pdeathsig = syscall.SIGKILL
 	msg := tail.New(4 << 10)
 	cmd.Stderr = msg
@@ -48,7 +57,7 @@ func Serve(ctx context.Context, conn *control.Conn, t join.Target, c control.Cop
 		defer w.Close()
 		cmd.Stdin, stdin = r, w
 	}
-	if err := cmd.Start(); err != nil {
+	if _, err := st.Start(); err != nil {
 		return control.Exit{}, nil, err
 	}
 	if stdin != nil {
@@ -78,7 +87,7 @@ func Serve(ctx context.Context, conn *control.Conn, t join.Target, c control.Cop
 	}()
 	stop := context.AfterFunc(ctx, func() { cmd.Process.Kill() })
 	defer stop()
-	err := cmd.Wait()
+	err = cmd.Wait()
 	code, sig, ok := join.ExitStatus(err)
 	if !ok {
 		return control.Exit{}, cmd.ProcessState, err

@@ -3,8 +3,8 @@
 //
 // One side of every copy is the agent's: its names, its symlinks, its file
 // types. So the side inside the sandbox runs as a child role joined into the
-// sandbox's user and mount namespaces (role_linux.go), where a symlink can
-// only ever resolve inside the sandbox's view and the harness dir is absent;
+// sandbox as a session is (role_linux.go), where a symlink can only ever
+// resolve inside the sandbox's view and the harness dir is absent;
 // and an archive is always unpacked beneath a directory descriptor, one
 // component at a time, never following a symlink (RESOLVE_BENEATH and
 // RESOLVE_NO_SYMLINKS), refusing `..`, absolute names, devices and FIFOs,
