@@ -1,6 +1,8 @@
 package layer
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -31,7 +33,7 @@ type Failure struct {
 type Group struct {
 	Prefix   string // the --tag prefix
 	Dataset  string // the task directories' parent's name, as a repository component
-	Hash     string // EnvHash, hex
+	Hash     string // EnvHash (with the interpolated compose file's Digest, for a compose task), hex
 	Name     string // <dataset>-<hash12>
 	Image    string // <prefix>/<name>:latest
 	Base     Source // how the base image is made
@@ -145,7 +147,7 @@ func planTask(dir, prefix string) (*Item, *Group, error) {
 	it := &Item{Task: t, Dir: dir, Warnings: append([]string{}, t.Warnings...)}
 	var c *compose.File
 	if t.ComposeFile != "" {
-		if c, err = compose.Parse(t.ComposeFile); err != nil {
+		if c, err = compose.ForTask(t); err != nil {
 			return nil, nil, err
 		}
 		it.Warnings = append(it.Warnings, c.Warnings...)
@@ -158,6 +160,11 @@ func planTask(dir, prefix string) (*Item, *Group, error) {
 	hash, err := EnvHash(t)
 	if err != nil {
 		return nil, nil, err
+	}
+	if c != nil {
+		// Interpolation can make one environment/ two compose projects.
+		sum := sha256.Sum256([]byte(hash + "\ncompose " + c.Digest()))
+		hash = hex.EncodeToString(sum[:])
 	}
 	dataset := repoName(filepath.Base(filepath.Dir(dir)))
 	name := dataset + "-" + hash[:12]
@@ -188,7 +195,7 @@ func baseSource(t *task.Task, c *compose.File) (Source, []string, error) {
 	var warns []string
 	envDir := filepath.Join(t.Dir, "environment")
 	switch {
-	case c != nil && c.Main != nil && c.Main.Image != "" && c.Main.Build == nil:
+	case c != nil && c.Main != nil && c.Main.Image != "" && c.Main.Build == nil && !c.Main.HarborImage:
 		src.Image = c.Main.Image
 		src.From = "compose main image " + c.Main.Image
 	case c != nil && c.Main != nil && c.Main.Build != nil:

@@ -219,3 +219,38 @@ func TestExpandDirs(t *testing.T) {
 	assert.Equal(t, []string{filepath.Join(ds, "a"), filepath.Join(ds, "b"), single, empty},
 		ExpandDirs([]string{ds, single, empty}), "a dataset becomes its tasks; a task or a non-task stays")
 }
+
+// A compose file is read as Compose reads it under Harbor: main naming
+// ${MAIN_IMAGE_NAME} is the task's own environment/Dockerfile, and tasks whose
+// [environment].env make one compose file two projects do not share an image.
+func TestMakePlan_ComposeInterpolation(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "ds")
+	composeFile := "services:\n  main:\n    image: ${MAIN_IMAGE_NAME}\n  cache:\n    image: redis:${REDIS_TAG:-7}\n    expose: [\"${CACHE_PORT}\"]\n"
+	taskTOML := func(env string) string {
+		return "schema_version = \"1.1\"\n[environment]\nbuild_timeout_sec = 300.0\ncpus = 1\nmemory_mb = 512\n" + env
+	}
+	files := func(env string) map[string]string {
+		return with(taskFiles("debian:bookworm"), map[string]string{
+			"task.toml": taskTOML(env), "environment/docker-compose.yaml": composeFile, "environment/.env": "CACHE_PORT=6379\n",
+		})
+	}
+	writeTask(t, filepath.Join(root, "a"), files(""))
+	writeTask(t, filepath.Join(root, "b"), files("[environment.env]\nUNRELATED = \"1\"\n"))
+	writeTask(t, filepath.Join(root, "c"), files("[environment.env]\nREDIS_TAG = \"6\"\n"))
+	p := MakePlan(ExpandDirs([]string{root}), "sb")
+	require.Empty(t, p.Failures)
+	require.Len(t, p.Groups, 2, "c's REDIS_TAG makes another sidecar")
+	byTask := map[string]*Group{}
+	for _, g := range p.Groups {
+		for _, n := range g.TaskNames() {
+			byTask[n] = g
+		}
+	}
+	assert.Same(t, byTask["a"], byTask["b"], "a variable the file does not use splits nothing")
+	assert.NotSame(t, byTask["a"], byTask["c"])
+	assert.NotEqual(t, byTask["a"].Name, byTask["c"].Name, "two groups, two names")
+	assert.Equal(t, "redis:7", byTask["a"].Sidecars[0].Image)
+	assert.Equal(t, "redis:6", byTask["c"].Sidecars[0].Image)
+	assert.Equal(t, 6379, byTask["a"].Sidecars[0].Port, "from environment/.env")
+	assert.Equal(t, task.PathDockerfile, byTask["a"].Base.From, "${MAIN_IMAGE_NAME} is built from environment/Dockerfile, not pulled")
+}

@@ -348,9 +348,10 @@ func (e *env) trial(t *testing.T, te layer.TaskEntry, tk *task.Task, agent strin
 		// The oracle reached the real sidecar, by name: the value is in it.
 		stored := regexp.MustCompile(`stored (\S+) in redis`).FindStringSubmatch(out)
 		require.Len(t, stored, 2, "the oracle said: %s", out)
-		redis := c.sidecars["redis"]
+		require.Len(t, te.Peers, 1, "one redis sidecar")
+		redis := c.sidecars[te.Peers[0].Name]
 		require.NotEmpty(t, redis)
-		got := strings.TrimSpace(docker(t, "exec", redis, "redis-cli", "GET", "sandboxd:answer"))
+		got := strings.TrimSpace(docker(t, "exec", redis, "redis-cli", "-p", fmt.Sprint(te.Peers[0].Port), "GET", "sandboxd:answer"))
 		assert.Equal(t, stored[1], got)
 	}
 }

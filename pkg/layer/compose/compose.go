@@ -1,11 +1,14 @@
-// Package compose reads a task's environment/docker-compose.yaml for adapt
-// and writes the compose file adapt emits next to the adapted images: the
+// Package compose reads a task's environment/docker-compose.yaml for adapt,
+// interpolated as Compose does under Harbor (interpolate.go, vars.go), and
+// writes the compose file adapt emits next to the adapted images: the
 // `main` service is the one adapted, the others become peers of main's
 // sandbox and sidecars beside it.
 package compose
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -38,6 +41,10 @@ type Service struct {
 	Build *Build         // build:, nil when image: names it
 	Port  int            // the first TCP port it declares (expose:, then ports:); 0 = none
 	Env   []string       // environment: as NAME=VALUE, for main's image facts
+	// HarborImage is main's image: naming ${MAIN_IMAGE_NAME}, Harbor's tag
+	// for the task's own build, which its base compose file builds from
+	// environment/ (or takes from docker_image): not an image to pull.
+	HarborImage bool
 }
 
 // Build is a compose service's build: section, resolved against the file's directory.
@@ -47,9 +54,21 @@ type Build struct {
 	Args       map[string]string
 }
 
-// Parse reads a task's compose file. Errors are *task.FieldError with
-// the file, line and key, like task.toml's.
-func Parse(path string) (*File, error) {
+// ForTask reads t's compose file as Compose reads it under Harbor:
+// interpolated with Harbor's variables, t's [environment].env and the
+// environment/.env file next to it.
+func ForTask(t *task.Task) (*File, error) {
+	return ParseWith(t.ComposeFile, Vars{Infra: HarborVars(t), Task: t.EnvironmentEnv()})
+}
+
+// Parse reads a compose file interpolated with the .env file next to it
+// only; ForTask is the reading of a task's.
+func Parse(path string) (*File, error) { return ParseWith(path, Vars{}) }
+
+// ParseWith reads a compose file interpolated with vars and the .env file
+// next to it. Errors are *task.FieldError with the file, line and key, like
+// task.toml's.
+func ParseWith(path string, vars Vars) (*File, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, &task.FieldError{Pos: task.Pos{File: path}, Msg: "cannot be read: " + err.Error(), Err: err}
@@ -70,10 +89,23 @@ func Parse(path string) (*File, error) {
 	}
 	root := doc.Content[0]
 	c := &File{Path: path, Extra: map[string]any{}}
+	dotenv, err := readDotenv(filepath.Join(filepath.Dir(path), ".env"), vars.lookup(nil))
+	if err != nil {
+		return nil, err
+	}
+	warns, err := interpolateNode(path, "", root, vars.lookup(dotenv), map[string]bool{})
+	if err != nil {
+		return nil, err
+	}
+	c.Warnings = append(c.Warnings, warns...)
 	var services *yaml.Node
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		switch k.Value {
+		case "include":
+			// Half-reading a project made of several files would adapt a
+			// different task than Harbor runs.
+			return nil, fail(k, "include", "names other compose files, which adapt does not read: put their services into docker-compose.yaml")
 		case "services":
 			services = v
 		case "version", "name":
@@ -97,6 +129,9 @@ func Parse(path string) (*File, error) {
 		s, warns, err := parseService(path, dir, k, v)
 		if err != nil {
 			return nil, err
+		}
+		if s.Name == "main" && s.Build == nil && s.Image != "" && s.Image == vars.Infra["MAIN_IMAGE_NAME"] {
+			s.HarborImage = true
 		}
 		c.Warnings = append(c.Warnings, warns...)
 		if s.Name == "main" {
@@ -141,6 +176,8 @@ func parseService(path, dir string, k, v *yaml.Node) (*Service, []string, error)
 	for i := 0; i+1 < len(v.Content); i += 2 {
 		kn, vn := v.Content[i], v.Content[i+1]
 		switch kn.Value {
+		case "extends":
+			return nil, nil, fail(kn, "extends", "takes its settings from another service or file, which adapt does not read: write them into the service")
 		case "image":
 			s.Image = vn.Value
 		case "build":
@@ -210,7 +247,11 @@ func parseBuild(dir string, n *yaml.Node) (*Build, error) {
 	if strings.Contains(ctx, "://") || strings.HasPrefix(ctx, "git@") {
 		return nil, fmt.Errorf("context %q is remote: adapt builds only from the task's environment/ directory", ctx)
 	}
-	abs := filepath.Clean(filepath.Join(dir, ctx))
+	// ${CONTEXT_DIR} makes an absolute context, which Compose takes as is.
+	abs := filepath.Clean(ctx)
+	if !filepath.IsAbs(ctx) {
+		abs = filepath.Clean(filepath.Join(dir, ctx))
+	}
 	if !within(abs, dir) {
 		return nil, fmt.Errorf("context %q leaves environment/: a task's images are built from its environment/ directory only", ctx)
 	}
@@ -334,11 +375,13 @@ var dropFromMain = map[string]bool{"build": true, "image": true, "command": true
 // value; each sidecar is as the task wrote it, its build: replaced by the
 // image adapt built (sidecarImages, by service name).
 func (c *File) Emit(taskImage string, sidecarImages map[string]string, header string) ([]byte, error) {
+	// What the task wrote is already interpolated; every $ left in it is
+	// literal, and the emitted file is interpolated again when it is run.
 	main := map[string]any{}
 	if c.Main != nil {
 		for k, v := range c.Main.Raw {
 			if !dropFromMain[k] {
-				main[k] = v
+				main[k] = escapeDollars(v)
 			}
 		}
 	}
@@ -385,7 +428,7 @@ func (c *File) Emit(taskImage string, sidecarImages map[string]string, header st
 	for _, s := range c.Sidecars {
 		svc := map[string]any{}
 		for k, v := range s.Raw {
-			svc[k] = v
+			svc[k] = escapeDollars(v)
 		}
 		if s.Build != nil {
 			delete(svc, "build")
@@ -400,7 +443,7 @@ func (c *File) Emit(taskImage string, sidecarImages map[string]string, header st
 	for _, k := range []string{"volumes", "networks"} {
 		if v, ok := c.Extra[k]; ok {
 			var n yaml.Node
-			if err := n.Encode(v); err != nil {
+			if err := n.Encode(escapeDollars(v)); err != nil {
 				return nil, fmt.Errorf("emit compose %s: %w", k, err)
 			}
 			root.Content = append(root.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: k}, &n)
@@ -414,6 +457,104 @@ func (c *File) Emit(taskImage string, sidecarImages map[string]string, header st
 		return nil, fmt.Errorf("emit compose file: %w", err)
 	}
 	return buf.Bytes(), enc.Close()
+}
+
+// escapeDollars writes every $ of the strings in v as $$, so that Compose
+// reads back the value adapt read.
+func escapeDollars(v any) any {
+	switch x := v.(type) {
+	case string:
+		return strings.ReplaceAll(x, "$", "$$")
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = escapeDollars(e)
+		}
+		return out
+	case map[any]any:
+		out := make(map[any]any, len(x))
+		for k, e := range x {
+			out[k] = escapeDollars(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = escapeDollars(e)
+		}
+		return out
+	}
+	return v
+}
+
+// Digest is a hash of what the file makes of every task that shares it
+// (sidecars, main's settings but its image, the top-level volumes and
+// networks), after interpolation: two tasks whose [environment].env make
+// their compose files differ do not share an image.
+func (c *File) Digest() string {
+	h := sha256.New()
+	if c.Main != nil {
+		main := map[string]any{}
+		for k, v := range c.Main.Raw {
+			if !dropFromMain[k] {
+				main[k] = v
+			}
+		}
+		fmt.Fprintf(h, "main %v\n", main)
+	}
+	for _, s := range c.Sidecars {
+		fmt.Fprintf(h, "service %s %v\n", s.Name, s.Raw)
+	}
+	fmt.Fprintf(h, "extra %v\n", c.Extra)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// interpolateNode interpolates every scalar value under n (never a key), as
+// Compose does before it reads the file. key is n's place, for messages;
+// warned holds the names already reported unset.
+func interpolateNode(path, key string, n *yaml.Node, lookup Lookup, warned map[string]bool) ([]string, error) {
+	var warns []string
+	sub := func(k string, child *yaml.Node) error {
+		w, err := interpolateNode(path, k, child, lookup, warned)
+		warns = append(warns, w...)
+		return err
+	}
+	join := func(k string) string {
+		if key == "" {
+			return k
+		}
+		return key + "." + k
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if err := sub(join(n.Content[i].Value), n.Content[i+1]); err != nil {
+				return nil, err
+			}
+		}
+	case yaml.SequenceNode:
+		for i, e := range n.Content {
+			if err := sub(fmt.Sprintf("%s[%d]", key, i), e); err != nil {
+				return nil, err
+			}
+		}
+	case yaml.ScalarNode:
+		if !strings.Contains(n.Value, "$") {
+			return nil, nil
+		}
+		v, unset, err := Interpolate(n.Value, lookup)
+		if err != nil {
+			return nil, &task.FieldError{Pos: task.Pos{File: path, Line: n.Line, Key: key}, Msg: err.Error()}
+		}
+		for _, u := range unset {
+			if !warned[u] {
+				warned[u] = true
+				warns = append(warns, fmt.Sprintf("%s:%d: %s: ${%s} is not set (not a Harbor variable, not in [environment].env or environment/.env): it is the empty string, as Compose makes it", path, n.Line, key, u))
+			}
+		}
+		n.Value = v
+	}
+	return warns, nil
 }
 
 func toAnyList(v any) []any {
