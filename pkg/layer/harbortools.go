@@ -1,7 +1,9 @@
 package layer
 
 import (
+	"context"
 	"fmt"
+	"os/exec"
 	"slices"
 	"sort"
 	"strings"
@@ -143,6 +145,24 @@ func harborUnprobed(mode HarborTools) []ToolEntry {
 		out = append(out, e)
 	}
 	return out
+}
+
+// HarborToolsHere says which of Harbor's agent tools a shell with env finds
+// on this machine, with the probe adapt runs in an image: for `trial`, which
+// runs on the machine's own root filesystem and installs nothing, so that
+// its result says what the agent had (present or missing, per tool).
+func HarborToolsHere(ctx context.Context, env []string) ([]ToolEntry, error) {
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", probeScript())
+	cmd.Env = env
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("probe for Harbor's agent tools: %w", err)
+	}
+	p, err := parseProbe(string(out))
+	if err != nil {
+		return nil, err
+	}
+	return harborReport(HarborToolsBake, p, p), nil
 }
 
 // harborSummary is the summary table's cell: what was kept, added, missing.

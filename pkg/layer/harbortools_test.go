@@ -2,6 +2,8 @@ package layer
 
 import (
 	"bytes"
+	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -110,4 +112,16 @@ func TestAdapt_HarborToolsOut(t *testing.T) {
 	for _, e := range m.Groups[0].HarborTools {
 		assert.Equal(t, ToolAtBuild, e.Status, "build.sh's serving build checks and adds them")
 	}
+}
+
+func TestHarborToolsHere(t *testing.T) {
+	dir, _ := fakeRoot(t, "python3", "pip3", "grep")
+	tools, err := HarborToolsHere(context.Background(), []string{"PATH=" + dir})
+	require.NoError(t, err)
+	assert.Equal(t, []ToolEntry{
+		{Tool: "python3", Status: ToolPresent, Path: filepath.Join(dir, "python3")},
+		{Tool: "pip", Status: ToolPresent, Path: filepath.Join(dir, "pip3")},
+		{Tool: "git", Status: ToolMissing},
+		{Tool: "curl", Status: ToolMissing},
+	}, tools)
 }
