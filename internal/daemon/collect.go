@@ -34,7 +34,7 @@ func (d *Daemon) collect(ctx context.Context) *collect.Result {
 	}
 	res, err := collect.Run(ctx, collect.Config{
 		Target:    d.target,
-		View:      visit.View{HarnessDir: d.cfg.HarnessDir, Mask: d.visitorMasks(), Hosts: d.visitorHosts, Devices: d.cfg.Devices},
+		View:      visit.View{HarnessDir: d.cfg.HarnessDir, Mask: d.visitorMasks(), Hosts: d.visitorHosts, ResolvConf: d.visitorResolv, Devices: d.cfg.Devices},
 		Base:      d.harnessPath("collected"),
 		Hooks:     hooks,
 		Artifacts: t.Artifacts,

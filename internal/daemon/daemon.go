@@ -72,8 +72,10 @@ type Daemon struct {
 	// visitorHosts is the hosts file with the peers that visitors (the
 	// verifier, the healthcheck) get, so they resolve the names the agent does.
 	visitorHosts string
-	ssh          *sshDoor
-	serveCtx     context.Context // ends when serve stops; work that outlives a client uses it
+	// visitorResolv is the sandbox's resolv.conf for the visitors' views.
+	visitorResolv string
+	ssh           *sshDoor
+	serveCtx      context.Context // ends when serve stops; work that outlives a client uses it
 	// leftovers keeps reading the output of background processes that
 	// outlive their exec, so they never die of SIGPIPE.
 	leftovers *ptyrelay.Leftovers
@@ -218,6 +220,9 @@ func start(ctx context.Context, cfg config.Config) (*Daemon, error) {
 			return nil, fmt.Errorf("write the visitors' hosts file: %w", err)
 		}
 	}
+	if err := d.writeVisitorResolvConf(runDir); err != nil {
+		return nil, err
+	}
 	lock, err := harness.Lock(runDir)
 	if err != nil {
 		return nil, err
@@ -348,6 +353,8 @@ func (d *Daemon) serve(ctx context.Context) (err error) {
 		Resolver:      d.cfg.Resolver,
 		ResolveWait:   peerResolveWait,
 		Catch:         d.catchRules,
+		ListenPacket:  d.target.ListenPacket,
+		SockDiag:      d.target.SockDiag,
 		AllowDegraded: d.cfg.AllowDegraded,
 		Log:           d.log,
 	}); err != nil {

@@ -53,6 +53,7 @@ func (d *Daemon) Grade(ctx context.Context, timeout time.Duration) (grade.Verdic
 		LogsDirDev: d.logsDev,
 		LogsDirIno: d.logsIno,
 		Hosts:      d.visitorHosts,
+		ResolvConf: d.visitorResolv,
 		Started:    started,
 		Log:        d.log,
 	})

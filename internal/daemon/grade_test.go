@@ -104,7 +104,9 @@ network_mode = "no-network"
 network_mode = "allowlist"
 allowed_hosts = ["tools.test"]
 `, fmt.Sprintf(`out=$(curl -sS --max-time 10 http://tools.test:%d/) && [ "$out" = tool-binary ] && echo 1 > /logs/verifier/reward.txt || { echo "got: $out"; echo 0 > /logs/verifier/reward.txt; }`, port))
-	s := serveTask(t, dir, config.Config{Resolver: fakeResolver{"tools.test": "127.0.0.1"}}, "127.0.0.0/8")
+	// The tools sit on the substrate's loopback, which only the proxy
+	// reaches: the verifier is told of it.
+	s := serveTask(t, dir, config.Config{Resolver: fakeResolver{"tools.test": "127.0.0.1"}, Network: config.Network{ProxyEnv: true}}, "127.0.0.0/8")
 	r := s.sh(t, fmt.Sprintf("curl -sS --max-time 5 http://tools.test:%d/ 2>&1; env | grep -ci proxy", port))
 	assert.NotContains(t, r.stdout, "tool-binary")
 	v := gradeNow(t, s)

@@ -32,7 +32,7 @@ func (d *Daemon) watchHealth(ctx context.Context) {
 	for {
 		inStart := time.Since(started) < hc.StartPeriod
 		res, err := visit.Check(ctx, d.target,
-			visit.View{HarnessDir: d.cfg.HarnessDir, Mask: d.visitorMasks(), Hosts: d.visitorHosts, Devices: d.cfg.Devices},
+			visit.View{HarnessDir: d.cfg.HarnessDir, Mask: d.visitorMasks(), Hosts: d.visitorHosts, ResolvConf: d.visitorResolv, Devices: d.cfg.Devices},
 			join.Spec{User: user, Env: env, Dir: d.cfg.Workdir, Argv: []string{"/bin/sh", "-c", hc.Command}},
 			hc.Timeout)
 		if ctx.Err() != nil {

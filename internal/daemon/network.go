@@ -2,6 +2,9 @@ package daemon
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
@@ -27,4 +30,19 @@ func agentFiles(n *egress.Wiring) []bwrap.DataFile {
 // outbound connection to the daemon's transparent listener.
 func (d *Daemon) catchRules(ctx context.Context, p netrules.Plan) error {
 	return netrules.Apply(ctx, d.target, p)
+}
+
+// writeVisitorResolvConf writes the sandbox's resolv.conf for the visitors'
+// views (the verifier, the healthcheck, the collect hooks), so that they ask
+// the sandbox's resolver as the agent does.
+func (d *Daemon) writeVisitorResolvConf(runDir string) error {
+	conf := d.net.ResolvConf()
+	if conf == nil {
+		return nil
+	}
+	d.visitorResolv = filepath.Join(runDir, "resolv.conf")
+	if err := os.WriteFile(d.visitorResolv, conf, 0o644); err != nil {
+		return fmt.Errorf("write the visitors' resolv.conf: %w", err)
+	}
+	return nil
 }

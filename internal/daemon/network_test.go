@@ -125,7 +125,7 @@ def udp(addr):
 print(tcp(("127.0.0.1", %d)))
 print(tcp(("198.18.0.1", 80)))
 print(tcp(("::ffff:198.18.0.1", 80, 0, 0), socket.AF_INET6))
-print(udp(("198.18.0.1", 53)))
+print(udp(("198.18.0.1", 9)))
 try:
     socket.getaddrinfo("example.invalid", 80); print("resolved")
 except OSError as e: print("no-dns")

@@ -61,6 +61,10 @@ func NewTestHost(t testing.TB) *TestHost {
 	return h
 }
 
+// Namespace is the host's network namespace, by the name `ip netns` knows
+// it by (to run a server there with `ip netns exec`).
+func (h *TestHost) Namespace() string { return h.ns }
+
 // Listen makes a TCP listener on the host at port (0: any).
 func (h *TestHost) Listen(t testing.TB, port int) net.Listener {
 	t.Helper()

@@ -67,17 +67,7 @@ func (a *attributor) open(policy Policy, ctx context.Context) (started func(pid 
 
 // attribute is the Catcher's Visit.
 func (a *attributor) attribute(client, dst netip.AddrPort) (Judge, bool) {
-	if a == nil || a.diag == nil {
-		return Judge{}, false
-	}
-	a.mu.Lock()
-	byNS := map[uint64]Judge{}
-	for v := range a.visits {
-		if v.pidns != 0 {
-			byNS[v.pidns] = v.judge
-		}
-	}
-	a.mu.Unlock()
+	byNS := a.openVisits()
 	if len(byNS) == 0 {
 		return Judge{}, false
 	}
@@ -144,14 +134,8 @@ const (
 var errNoSocket = errors.New("sock_diag: no such socket")
 
 func (a *attributor) query(family uint8, client, dst netip.AddrPort) (uint32, error) {
-	req := make([]byte, unix.NLMSG_HDRLEN+inetDiagReqV2Len)
-	binary.NativeEndian.PutUint32(req[0:], uint32(len(req)))
-	binary.NativeEndian.PutUint16(req[4:], unix.SOCK_DIAG_BY_FAMILY)
-	binary.NativeEndian.PutUint16(req[6:], unix.NLM_F_REQUEST)
-	r := req[unix.NLMSG_HDRLEN:]
-	r[0], r[1] = family, unix.IPPROTO_TCP
-	binary.NativeEndian.PutUint32(r[4:], ^uint32(0)) // every state
-	id := r[8:]
+	req := diagRequest(family, unix.IPPROTO_TCP, unix.NLM_F_REQUEST)
+	id := req[unix.NLMSG_HDRLEN+8:]
 	binary.BigEndian.PutUint16(id[0:], client.Port())
 	binary.BigEndian.PutUint16(id[2:], dst.Port())
 	put := func(b []byte, ap netip.AddrPort) {
@@ -165,8 +149,6 @@ func (a *attributor) query(family uint8, client, dst netip.AddrPort) (uint32, er
 	}
 	put(id[4:20], client)
 	put(id[20:36], dst)
-	binary.NativeEndian.PutUint32(id[40:], ^uint32(0)) // INET_DIAG_NOCOOKIE
-	binary.NativeEndian.PutUint32(id[44:], ^uint32(0))
 	fd := int(a.diag.Fd())
 	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return 0, fmt.Errorf("sock_diag: send: %w", err)
@@ -200,4 +182,114 @@ func (a *attributor) query(family uint8, client, dst netip.AddrPort) (uint32, er
 			}
 		}
 	}
+}
+
+// queryPolicy is the resolver's PolicyFor: the visit a query comes from,
+// by the socket that sent it (UDP or TCP, found by its source address
+// alone: a query redirected from port 53 elsewhere keeps its first
+// destination in the client's socket).
+func (a *attributor) queryPolicy(network string, client netip.AddrPort) (string, Policy, bool) {
+	byNS := a.openVisits()
+	if len(byNS) == 0 {
+		return "", Policy{}, false
+	}
+	proto := uint8(unix.IPPROTO_UDP)
+	if network == "tcp" {
+		proto = unix.IPPROTO_TCP
+	}
+	a.diagMu.Lock()
+	inode, err := a.dumpFind(proto, client)
+	a.diagMu.Unlock()
+	if err != nil || inode == 0 {
+		return "", Policy{}, false
+	}
+	j, ok := byNS[holderNamespace(inode, byNS)]
+	return j.Label, j.Policy, ok
+}
+
+// openVisits are the open visits that run, by pid namespace; nil without
+// a sock_diag socket.
+func (a *attributor) openVisits() map[uint64]Judge {
+	if a == nil || a.diag == nil {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	byNS := map[uint64]Judge{}
+	for v := range a.visits {
+		if v.pidns != 0 {
+			byNS[v.pidns] = v.judge
+		}
+	}
+	return byNS
+}
+
+// dumpFind lists the sockets of proto and returns the inode of the one
+// bound to client (IPv4, or IPv6 with the mapped address).
+func (a *attributor) dumpFind(proto uint8, client netip.AddrPort) (uint32, error) {
+	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		req := diagRequest(family, proto, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+		fd := int(a.diag.Fd())
+		if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+			return 0, fmt.Errorf("sock_diag: send: %w", err)
+		}
+		found := uint32(0)
+		buf := make([]byte, 32<<10)
+	recv:
+		for {
+			n, _, err := unix.Recvfrom(fd, buf, 0)
+			if errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			if err != nil {
+				return 0, fmt.Errorf("sock_diag: receive: %w", err)
+			}
+			msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+			if err != nil {
+				return 0, fmt.Errorf("sock_diag: %w", err)
+			}
+			for _, m := range msgs {
+				switch m.Header.Type {
+				case unix.NLMSG_DONE, unix.NLMSG_ERROR:
+					break recv
+				case unix.SOCK_DIAG_BY_FAMILY:
+					if len(m.Data) < inetDiagInodeOff+4 || found != 0 {
+						continue
+					}
+					id := m.Data[4:]
+					if binary.BigEndian.Uint16(id[0:]) != client.Port() {
+						continue
+					}
+					var src netip.Addr
+					if family == unix.AF_INET {
+						src = netip.AddrFrom4([4]byte(id[4:8]))
+					} else {
+						src = netip.AddrFrom16([16]byte(id[4:20])).Unmap()
+					}
+					if src == client.Addr().Unmap() || src.IsUnspecified() {
+						found = binary.NativeEndian.Uint32(m.Data[inetDiagInodeOff:])
+					}
+				}
+			}
+		}
+		if found != 0 {
+			return found, nil
+		}
+	}
+	return 0, errNoSocket
+}
+
+// diagRequest is a netlink message carrying an inet_diag_req_v2 for
+// family and proto, every state; the caller fills in its socket id.
+func diagRequest(family, proto uint8, flags uint16) []byte {
+	req := make([]byte, unix.NLMSG_HDRLEN+inetDiagReqV2Len)
+	binary.NativeEndian.PutUint32(req[0:], uint32(len(req)))
+	binary.NativeEndian.PutUint16(req[4:], unix.SOCK_DIAG_BY_FAMILY)
+	binary.NativeEndian.PutUint16(req[6:], flags)
+	r := req[unix.NLMSG_HDRLEN:]
+	r[0], r[1] = family, proto
+	binary.NativeEndian.PutUint32(r[4:], ^uint32(0)) // every state
+	binary.NativeEndian.PutUint32(r[48:], ^uint32(0)) // INET_DIAG_NOCOOKIE
+	binary.NativeEndian.PutUint32(r[52:], ^uint32(0))
+	return req
 }

@@ -95,6 +95,14 @@ func Plan(n Network) (*Wiring, error) {
 		// Added to, never replacing, the substrate's entries.
 		w.files = append(w.files, File{Path: "/etc/hosts", Data: w.hosts})
 	}
+	if resolverServed {
+		// The sandbox's own resolver, in every mode.
+		f, err := resolvConfFile()
+		if err != nil {
+			return nil, err
+		}
+		w.files = append(w.files, f)
+	}
 	w.proxyEnv = n.ProxyEnv || !resolverServed
 	if n.Agent.Mode != NoNetwork && w.proxyEnv {
 		if st, err := os.Stat("/etc/apt/apt.conf.d"); err == nil && st.IsDir() {
@@ -109,10 +117,11 @@ func Plan(n Network) (*Wiring, error) {
 	return w, nil
 }
 
-// resolverServed says that the sandbox has a resolver of its own: without
-// one, names outside the hosts file resolve only through the proxy, and
-// the proxy variables are set whatever ProxyEnv says.
-var resolverServed = false
+// resolverServed says that the sandbox has a resolver of its own (Start
+// serves it when given ListenPacket, as the daemon does): without one,
+// names outside the hosts file resolve only through the proxy, and the
+// proxy variables are set whatever ProxyEnv says.
+var resolverServed = true
 
 // placePeers gives each peer 127.0.0.1:PORT, or the next 127.0.0.N when that
 // port is reserved for the proxies or already given to another peer.
@@ -121,6 +130,7 @@ func placePeers(peers []PeerSpec) ([]placedPeer, error) {
 		sandboxAddr(AgentProxyPort):   true,
 		sandboxAddr(VisitorProxyPort): true,
 		sandboxAddr(CatchPort):        true,
+		ResolverAddr:                  true,
 	}
 	names := map[string]bool{}
 	out := make([]placedPeer, 0, len(peers))
@@ -239,6 +249,10 @@ type StartConfig struct {
 	// the transparent listener (netrules.Apply on the sandbox). nil: no
 	// connection is caught, and no listener is made for them.
 	Catch func(ctx context.Context, plan netrules.Plan) error
+	// ListenPacket makes UDP sockets inside the sandbox's network
+	// namespace (join.Target.ListenPacket), for the resolver; nil: the
+	// sandbox has no resolver of its own.
+	ListenPacket func(ctx context.Context, addrs []netip.AddrPort) ([]net.PacketConn, []error, error)
 	// SockDiag opens a sock_diag socket inside the sandbox's network
 	// namespace (join.Target.SockDiag), by which a visit's caught
 	// connections are told from the agent's; nil: every caught connection
@@ -288,21 +302,32 @@ func (w *Wiring) Start(ctx context.Context, c StartConfig) error {
 	}
 	template := Proxy{Resolver: resolver, Audit: audit, Log: log, Own: own}
 
+	// Every TCP listener inside, made at once, each in its slot.
 	var want []netip.AddrPort
+	slot := func(ap netip.AddrPort) int { want = append(want, ap); return len(want) - 1 }
 	agentOn := w.net.Agent.Mode != NoNetwork
+	agentSlot := -1
 	if agentOn {
-		want = append(want, sandboxAddr(AgentProxyPort))
+		agentSlot = slot(sandboxAddr(AgentProxyPort))
 	}
-	want = append(want, sandboxAddr(VisitorProxyPort))
+	visitorSlot := slot(sandboxAddr(VisitorProxyPort))
 	// Caught connections exist whenever either phase may reach the
 	// network: the agent's no-network must not take away what a networked
 	// verifier needs.
 	catching := c.Catch != nil && (agentOn || w.net.Verifier.Mode != NoNetwork)
+	catchSlot, dnsSlot := -1, -1
 	if catching {
-		want = append(want, sandboxAddr(CatchPort))
+		catchSlot = slot(sandboxAddr(CatchPort))
 	}
+	// The resolver answers in every mode (REFUSED under no-network, at
+	// once, where the substrate's server would be unreachable).
+	resolving := c.ListenPacket != nil
+	if resolving {
+		dnsSlot = slot(ResolverAddr)
+	}
+	peerSlot := len(want)
 	for _, p := range w.peers {
-		want = append(want, p.Addr)
+		slot(p.Addr)
 	}
 	lns, errs, err := c.Listen(ctx, want)
 	if err != nil {
@@ -318,13 +343,40 @@ func (w *Wiring) Start(ctx context.Context, c StartConfig) error {
 			return fmt.Errorf("listen on %s inside the sandbox: %w", want[i], e)
 		}
 	}
+	var dnsUDP net.PacketConn
+	if resolving {
+		pcs, errs, err := c.ListenPacket(ctx, []netip.AddrPort{ResolverAddr})
+		if err != nil {
+			return fmt.Errorf("make the resolver's UDP socket inside the sandbox: %w", err)
+		}
+		if errs[0] != nil {
+			return fmt.Errorf("listen on %s/udp inside the sandbox: %w", ResolverAddr, errs[0])
+		}
+		dnsUDP = pcs[0]
+		cu.Add(func() { dnsUDP.Close() })
+	}
+	if (catching || resolving) && c.SockDiag != nil {
+		// A visit's connections and queries are told from the agent's
+		// through this socket (attribute.go).
+		if f, err := c.SockDiag(ctx); err != nil {
+			log.Warn("caught connections cannot be attributed to visits: the verifier's are judged by the agent's policy", "err", err)
+		} else {
+			tv := unix.Timeval{Sec: 1}
+			unix.SetsockoptTimeval(int(f.Fd()), unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+			w.attr.diag = f
+			cu.Add(func() { f.Close() })
+		}
+	}
 	w.answers = NewAnswers(0)
 	var catchLn net.Listener
 	if catching {
-		catchLn = lns[len(lns)-len(w.peers)-1]
-		lns = append(lns[:len(lns)-len(w.peers)-1], lns[len(lns)-len(w.peers):]...)
+		catchLn = lns[catchSlot]
 		own, _ := LocalAddrs()
-		err := c.Catch(ctx, netrules.Plan{Catch: sandboxAddr(CatchPort), Own: own, Refused: refusedRanges(w.net.Agent, w.net.Verifier)})
+		plan := netrules.Plan{Catch: sandboxAddr(CatchPort), Own: own, Refused: refusedRanges(w.net.Agent, w.net.Verifier)}
+		if resolving {
+			plan.DNS = ResolverAddr
+		}
+		err := c.Catch(ctx, plan)
 		if err != nil && !c.AllowDegraded {
 			return fmt.Errorf("%w: serve refuses to give the sandbox a network it does not judge; run it where nf_tables works in a user namespace (docs/container-flags.md), or pass --allow-degraded for the explicit proxy alone", err)
 		}
@@ -337,6 +389,9 @@ func (w *Wiring) Start(ctx context.Context, c StartConfig) error {
 	}
 	cu.Release()
 	w.audit = audit
+	if f := w.attr.diag; f != nil {
+		context.AfterFunc(ctx, func() { f.Close() })
+	}
 	serve := func(name string, fn func() error) {
 		w.wg.Add(1)
 		go func() {
@@ -350,32 +405,26 @@ func (w *Wiring) Start(ctx context.Context, c StartConfig) error {
 		p := template
 		p.Policy = w.net.Agent
 		p.Label = "agent"
-		ln := lns[0]
-		lns = lns[1:]
+		ln := lns[agentSlot]
 		serve("agent proxy", func() error { return p.Serve(ctx, ln) })
 	}
 	visitor := template
 	visitor.Label = "visitor"
 	w.visitor = &Visitor{Proxy: visitor}
-	vln := lns[0]
-	lns = lns[1:]
+	vln := lns[visitorSlot]
 	serve("visitor proxy", func() error { return w.visitor.Serve(ctx, vln) })
 	if catchLn != nil {
-		if c.SockDiag != nil {
-			if f, err := c.SockDiag(ctx); err != nil {
-				log.Warn("caught connections cannot be attributed to visits: the verifier's are judged by the agent's policy", "err", err)
-			} else {
-				tv := unix.Timeval{Sec: 1}
-				unix.SetsockoptTimeval(int(f.Fd()), unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-				w.attr.diag = f
-				context.AfterFunc(ctx, func() { f.Close() })
-			}
-		}
 		k := &Catcher{Proxy: template, Answers: w.answers, Visit: w.attr.attribute}
 		k.Proxy.Policy = w.net.Agent
 		k.Proxy.Label = "agent"
 		serve("transparent listener", func() error { return k.Serve(ctx, catchLn) })
 	}
+	if resolving {
+		dns := w.resolverServer(resolver, audit, log, w.attr.queryPolicy)
+		dnsTCP := lns[dnsSlot]
+		serve("resolver", func() error { return dns.Serve(ctx, dnsUDP, dnsTCP) })
+	}
+	lns = lns[peerSlot:]
 	for i, p := range w.peers {
 		ln, target := lns[i], p.Dial
 		serve("peer "+p.Name, func() error { return ServePeer(ctx, ln, target, nil) })

@@ -58,13 +58,15 @@ func TestPlanSetsNoProxyVariablesByDefault(t *testing.T) {
 }
 
 // Under no-network the agent's programs are told of no proxy, and nothing
-// but the peers' names goes into the agent's view.
+// but the peers' names and the sandbox's resolver go into the agent's view.
 func TestPlanUnderNoNetworkSetsNoProxy(t *testing.T) {
 	w, err := Plan(Network{Agent: Policy{Mode: NoNetwork}})
 	require.NoError(t, err)
 	assert.Nil(t, w.AgentEnv())
 	assert.Nil(t, w.Hosts())
-	assert.Empty(t, w.AgentFiles())
+	for _, f := range w.AgentFiles() {
+		assert.Equal(t, "/etc/resolv.conf", f.Path, "only the resolver, which refuses every query")
+	}
 	env, done := w.OpenVisit(Policy{Mode: NoNetwork})
 	assert.Nil(t, env)
 	done()

@@ -51,6 +51,9 @@ type Config struct {
 	// same names the agent's view has (inside a container, Docker's DNS is
 	// out of the sandbox network's reach).
 	Hosts string
+	// ResolvConf, when set, is a file in the harness dir bound over
+	// /etc/resolv.conf in the verifier's view: the sandbox's resolver.
+	ResolvConf string
 	// Started, if set, is told the verifier's pid once it runs (see
 	// visit.View.Started).
 	Started func(pid int)
@@ -105,6 +108,7 @@ func Run(ctx context.Context, cfg Config) (Verdict, error) {
 		Tests:      filepath.Join(ws.dir, "tests"),
 		Verdict:    filepath.Join(ws.dir, "verdict"),
 		Hosts:      cfg.Hosts,
+		ResolvConf: cfg.ResolvConf,
 		Mask:       cfg.Mask,
 		Devices:    cfg.Devices,
 		Started:    cfg.Started,
