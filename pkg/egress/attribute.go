@@ -288,7 +288,7 @@ func diagRequest(family, proto uint8, flags uint16) []byte {
 	binary.NativeEndian.PutUint16(req[6:], flags)
 	r := req[unix.NLMSG_HDRLEN:]
 	r[0], r[1] = family, proto
-	binary.NativeEndian.PutUint32(r[4:], ^uint32(0)) // every state
+	binary.NativeEndian.PutUint32(r[4:], ^uint32(0))  // every state
 	binary.NativeEndian.PutUint32(r[48:], ^uint32(0)) // INET_DIAG_NOCOOKIE
 	binary.NativeEndian.PutUint32(r[52:], ^uint32(0))
 	return req
