@@ -40,9 +40,7 @@ func TestCpRoundTripThroughTheSandbox(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(src, "run.sh"), []byte("#!/bin/sh\necho ran\n"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(src, "data"), []byte("data"), 0o640))
 	require.NoError(t, os.Symlink("run.sh", filepath.Join(src, "link")))
-	inside := "/tmp/" + filepath.Base(t.TempDir())
-	t.Cleanup(func() { os.RemoveAll(inside) })
-	require.NoError(t, os.Mkdir(inside, 0o777))
+	inside := sharedTmp(t, 0o777)
 
 	require.NoError(t, s.cp(t, tarcopy.Copy{Src: src, Dst: "sandbox:" + inside}))
 	r := s.sh(t, inside+"/app/run.sh; stat -c '%u:%g %a' "+inside+"/app/data; readlink "+inside+"/app/link")
@@ -81,10 +79,9 @@ func TestCpRoundTripThroughTheSandbox(t *testing.T) {
 func TestCpSandboxSideIsTheSandboxsView(t *testing.T) {
 	s := serveForTest(t, config.Config{})
 	require.NoError(t, os.WriteFile(filepath.Join(s.harness, "secret"), []byte("harness"), 0o600))
-	link := "/tmp/" + filepath.Base(t.TempDir()) + "-to-harness"
+	link := sharedTmp(t, 0o755) + "/to-harness"
 	r := s.sh(t, "ln -s "+s.harness+" "+link)
 	require.NoError(t, r.err)
-	t.Cleanup(func() { os.Remove(link) })
 	for _, src := range []string{s.harness + "/secret", link + "/secret", link + "/."} {
 		out := t.TempDir()
 		err := s.cp(t, tarcopy.Copy{Src: "sandbox:" + src, Dst: filepath.Join(out, "x")})
@@ -103,8 +100,7 @@ func TestCpSandboxSideIsTheSandboxsView(t *testing.T) {
 // filesystem is the agent's too) is refused, not followed.
 func TestCpOutFollowsNoPlantedSymlink(t *testing.T) {
 	s := serveForTest(t, config.Config{})
-	base := "/tmp/" + filepath.Base(t.TempDir())
-	t.Cleanup(func() { os.RemoveAll(base) })
+	base := sharedTmp(t, 0o755)
 	r := s.sh(t, "mkdir -p "+base+"/src && echo x > "+base+"/src/f && ln -s "+s.harness+" "+base+"/out")
 	require.NoError(t, r.err, r.stderr)
 	err := s.cp(t, tarcopy.Copy{Src: "sandbox:" + base + "/src", Dst: base + "/out"})
@@ -116,9 +112,7 @@ func TestCpOutFollowsNoPlantedSymlink(t *testing.T) {
 // `-` is a tar stream: out to stdout, in from stdin.
 func TestCpTarStreams(t *testing.T) {
 	s := serveForTest(t, config.Config{})
-	inside := "/tmp/" + filepath.Base(t.TempDir())
-	t.Cleanup(func() { os.RemoveAll(inside) })
-	require.NoError(t, os.Mkdir(inside, 0o755))
+	inside := sharedTmp(t, 0o755)
 	require.NoError(t, s.cp(t, tarcopy.Copy{Src: "-", Dst: "sandbox:" + inside, Stdin: tarOf(t, "dir/file", "streamed")}))
 	var out bytes.Buffer
 	require.NoError(t, s.cp(t, tarcopy.Copy{Src: "sandbox:" + inside + "/dir", Dst: "-", Stdout: &out}))
@@ -151,9 +145,7 @@ func TestCpLargeFile(t *testing.T) {
 	_, err = io.CopyN(f, rand.NewChaCha8([32]byte{2}), cpBigFile)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
-	inside := "/tmp/" + filepath.Base(t.TempDir())
-	t.Cleanup(func() { os.RemoveAll(inside) })
-	require.NoError(t, os.Mkdir(inside, 0o755))
+	inside := sharedTmp(t, 0o755)
 	start := time.Now()
 	require.NoError(t, s.cp(t, tarcopy.Copy{Src: filepath.Join(dir, "big"), Dst: "sandbox:" + inside}))
 	in := time.Since(start)
@@ -171,4 +163,31 @@ func tarOf(t *testing.T, name, body string) io.Reader {
 	require.NoError(t, err)
 	require.NoError(t, tw.Close())
 	return &b
+}
+
+// A local SRC the agent has pointed at the harness dir with a symlink is
+// refused: nothing of the harness's is copied into the sandbox.
+func TestCpInReadsNoPlantedSymlink(t *testing.T) {
+	s := serveForTest(t, config.Config{})
+	require.NoError(t, os.WriteFile(filepath.Join(s.harness, "secret"), []byte("harness"), 0o600))
+	base := sharedTmp(t, 0o755)
+	r := s.sh(t, "mkdir -p "+base+"/in && ln -s "+s.harness+" "+base+"/input")
+	require.NoError(t, r.err, r.stderr)
+	for _, src := range []string{base + "/input/.", base + "/input/secret"} {
+		err := s.cp(t, tarcopy.Copy{Src: src, Dst: "sandbox:" + base + "/in"})
+		require.Error(t, err, src)
+		assert.Contains(t, err.Error(), "symlink", src)
+	}
+	r = s.sh(t, "ls -A "+base+"/in")
+	assert.Empty(t, r.stdout, "nothing was copied in")
+}
+
+// sharedTmp is a fresh directory in /tmp, which the sandbox shares (a
+// test's own temporary directory lies below one only root may enter).
+func sharedTmp(t *testing.T, mode os.FileMode) string {
+	dir, err := os.MkdirTemp("/tmp", "sandboxd-cp-test-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, mode))
+	return dir
 }

@@ -57,7 +57,7 @@ func Run(ctx context.Context, client control.Client, c Copy) error {
 			pr, pw := io.Pipe()
 			done := make(chan error, 1)
 			go func() {
-				err := Pack(pw, c.Src, c.Stderr)
+				err := Pack(pw, c.Src, false, c.Stderr)
 				pw.CloseWithError(err)
 				done <- err
 			}()

@@ -20,12 +20,15 @@ import (
 // named after it; a directory as that name and everything below it; `DIR/.`
 // as DIR's contents, under "./". Below the top, no symlink is followed: every
 // name is opened beneath its parent's descriptor with O_NOFOLLOW, so a name
-// swapped for a link mid-walk is an error, not a detour. Sockets, FIFOs and
-// devices are left out, each named on skipped.
-func Pack(w io.Writer, src string, skipped io.Writer) error {
+// swapped for a link mid-walk is an error, not a detour. src's own path
+// follows symlinks inside the sandbox's view, as docker's does, and none
+// outside it (inside false), where the agent can plant them in the
+// filesystem it shares with the substrate. Sockets, FIFOs and devices are
+// left out, each named on skipped.
+func Pack(w io.Writer, src string, inside bool, skipped io.Writer) error {
 	tw := tar.NewWriter(w)
 	p := &packer{tw: tw, skipped: skipped}
-	if err := p.top(src); err != nil {
+	if err := p.top(src, inside); err != nil {
 		return err
 	}
 	return tw.Close()
@@ -36,9 +39,8 @@ type packer struct {
 	skipped io.Writer
 }
 
-// top packs the named source. Its own path follows symlinks, as docker's
-// does; a trailing "/" or "/." asks for a directory.
-func (p *packer) top(src string) error {
+// top packs the named source; a trailing "/" or "/." asks for a directory.
+func (p *packer) top(src string, inside bool) error {
 	contents := src == "." || strings.HasSuffix(src, "/.")
 	wantDir := contents || strings.HasSuffix(src, "/")
 	clean := path.Clean(src)
@@ -46,29 +48,41 @@ func (p *packer) top(src string) error {
 	if contents {
 		name = "."
 	}
+	parentPath, base := path.Dir(clean), path.Base(clean)
+	if clean == "/" {
+		parentPath, base = "/", "."
+	}
+	parent, err := openPath(parentPath, unix.O_PATH|unix.O_DIRECTORY, inside)
+	if err != nil {
+		return fmt.Errorf("%s: %w", src, err)
+	}
+	defer unix.Close(parent)
 	if !wantDir {
 		var st unix.Stat_t
-		if err := unix.Fstatat(unix.AT_FDCWD, clean, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := unix.Fstatat(parent, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return fmt.Errorf("%s: %w", src, err)
 		}
 		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-			dir, err := unix.Open(path.Dir(clean), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return fmt.Errorf("%s: %w", src, err)
-			}
-			defer unix.Close(dir)
-			return p.entry(dir, path.Base(clean), name)
+			return p.entry(parent, base, name)
 		}
 	}
 	flags := unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC
 	if wantDir {
 		flags |= unix.O_DIRECTORY
-	} else {
+	}
+	if !wantDir || !inside {
 		flags |= unix.O_NOFOLLOW
 	}
-	fd, err := unix.Open(clean, flags, 0)
-	if errors.Is(err, unix.ENOTDIR) {
-		return fmt.Errorf("%s: %w", src, ErrNotDirectory)
+	fd, err := unix.Openat(parent, base, flags, 0)
+	if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+		// O_NOFOLLOW|O_DIRECTORY says ENOTDIR for a symlink too.
+		var st unix.Stat_t
+		if unix.Fstatat(parent, base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+				return fmt.Errorf("%s is a symlink: sandboxd cp follows no symlink outside the sandbox (the agent can plant them); name the path it points to", src)
+			}
+			return fmt.Errorf("%s: %w", src, ErrNotDirectory)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", src, err)

@@ -32,7 +32,7 @@ func runRole(args []string) int {
 func roleMain(args []string) error {
 	if len(args) == 2 && args[0] == "pack" {
 		w := bufio.NewWriterSize(os.Stdout, 256<<10)
-		if err := Pack(w, args[1], os.Stderr); err != nil {
+		if err := Pack(w, args[1], true, os.Stderr); err != nil {
 			return err
 		}
 		return w.Flush()

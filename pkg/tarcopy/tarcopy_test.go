@@ -28,7 +28,7 @@ var bigFile int64 = 64 << 20
 func copyLocal(t testing.TB, src, dst string, o Options) error {
 	t.Helper()
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(Pack(pw, src, io.Discard)) }()
+	go func() { pw.CloseWithError(Pack(pw, src, false, io.Discard)) }()
 	err := Extract(pr, dst, false, false, o)
 	pr.CloseWithError(io.ErrClosedPipe)
 	return err
@@ -317,4 +317,35 @@ func TestCopyRawArchive(t *testing.T) {
 	assert.FileExists(t, filepath.Join(dst, "a"))
 	err = Extract(archive(t, &tar.Header{Typeflag: tar.TypeReg, Name: "a", Linkname: "x"}), filepath.Join(dst, "a"), true, false, owner())
 	assert.ErrorContains(t, err, "must be a directory")
+}
+
+// A local source is read following no symlink in its path: the agent can
+// plant one in the filesystem it shares with the substrate, pointing a
+// copy into the sandbox at the harness's files. A symlink named as the
+// source is copied as the link itself, as docker cp does; inside the
+// sandbox's view the path follows symlinks as docker's does.
+func TestCopyInFollowsNoSymlinkInLocalSrc(t *testing.T) {
+	root := t.TempDir()
+	write(t, filepath.Join(root, "secret/key"), "harness", 0o600)
+	require.NoError(t, os.Symlink(filepath.Join(root, "secret"), filepath.Join(root, "planted")))
+	for _, src := range []string{"planted/key", "planted/.", "planted/"} {
+		err := Pack(io.Discard, filepath.Join(root, src)+suffix(src), false, io.Discard)
+		require.Error(t, err, src)
+		assert.Contains(t, err.Error(), "symlink", src)
+	}
+	var b bytes.Buffer
+	require.NoError(t, Pack(&b, filepath.Join(root, "planted"), false, io.Discard))
+	h, err := tar.NewReader(&b).Next()
+	require.NoError(t, err)
+	assert.Equal(t, byte(tar.TypeSymlink), h.Typeflag)
+	assert.Equal(t, filepath.Join(root, "secret"), h.Linkname)
+
+	b.Reset()
+	require.NoError(t, Pack(&b, filepath.Join(root, "planted")+"/.", true, io.Discard))
+	tr := tar.NewReader(&b)
+	var names []string
+	for h, err := tr.Next(); err == nil; h, err = tr.Next() {
+		names = append(names, h.Name)
+	}
+	assert.Equal(t, []string{"./", "./key"}, names, "inside, the path follows the sandbox's symlinks")
 }
