@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -190,4 +191,41 @@ func sharedTmp(t *testing.T, mode os.FileMode) string {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	require.NoError(t, os.Chmod(dir, mode))
 	return dir
+}
+
+// Harbor's known file-transfer failures, by name, through the sandbox and
+// back: a tree of 10,000 files with exec bits, symlinks and empty
+// directories arrives whole, checksums, modes and times equal.
+func TestCpHarborFailuresThroughTheSandbox(t *testing.T) {
+	s := serveForTest(t, config.Config{AgentUser: "4321:4321"})
+	src := filepath.Join(t.TempDir(), "tree")
+	for i := range 10000 {
+		p := filepath.Join(src, fmt.Sprintf("d%02d/f%05d", i%100, i))
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(fmt.Sprintf("file %d\n", i)), 0o644))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(src, "run.sh"), []byte("#!/bin/sh\necho ran\n"), 0o755))
+	require.NoError(t, os.Symlink("run.sh", filepath.Join(src, "link")))
+	require.NoError(t, os.Symlink("/nowhere", filepath.Join(src, "dangling")))
+	require.NoError(t, os.MkdirAll(filepath.Join(src, "empty/nested"), 0o700))
+
+	inside := sharedTmp(t, 0o777)
+	require.NoError(t, s.cp(t, tarcopy.Copy{Src: src, Dst: "sandbox:" + inside}))
+	r := s.sh(t, inside+"/tree/link && find "+inside+"/tree -type f | wc -l")
+	assert.Equal(t, "ran\n10001\n", r.stdout, "the agent runs what it was given: %s", r.stderr)
+	out := t.TempDir()
+	require.NoError(t, s.cp(t, tarcopy.Copy{Src: "sandbox:" + inside + "/tree", Dst: out}))
+	want, got := sandboxtest.Tree(t, src, false), sandboxtest.Tree(t, filepath.Join(out, "tree"), false)
+	for _, c := range []struct{ failure, name string }{
+		{"dropped files", "d99/f09999"},
+		{"lost exec bits", "run.sh"},
+		{"symlinks", "link"},
+		{"symlinks", "dangling"},
+		{"empty directories", "empty"},
+		{"empty directories", "empty/nested"},
+	} {
+		assert.Equal(t, want[c.name], got[c.name], "%s: %s", c.failure, c.name)
+	}
+	assert.Len(t, got, len(want))
+	assert.Equal(t, want, got)
 }
