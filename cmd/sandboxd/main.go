@@ -33,18 +33,19 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"serve":   {"build the sandbox and serve it until stopped", runServe},
-	"exec":    {"run a command inside the running sandbox", runExec},
-	"cp":      {"copy files between the sandbox and here, as docker cp does", runCp},
-	"grade":   {"run the task's verifier and print the verdict", runGrade},
-	"keys":    {"print the generated agent SSH private key, or authorize agent keys (--authorize)", runKeys},
-	"records": {"list the recorded sessions as JSON Lines", runRecords},
-	"status":  {"print the running daemon's state as JSON; --ready: exit 0 only when a session would be served now", runStatus},
-	"stop":    {"stop the running daemon and its sandbox", runOp[daemon.Stopping]("stop")},
-	"trial":   {"serve a task on this machine, run an agent, grade, stop", runTrial},
-	"doctor":  {"check that serve can build its sandbox here; name what is missing", runDoctor},
-	"adapt":   {"turn Harbor task directories into images that serve themselves", runAdapt},
-	"version": {"print the version", runVersion},
+	"serve":      {"build the sandbox and serve it until stopped", runServe},
+	"exec":       {"run a command inside the running sandbox", runExec},
+	"cp":         {"copy files between the sandbox and here, as docker cp does", runCp},
+	"grade":      {"run the task's verifier and print the verdict", runGrade},
+	"agent-done": {"mark how the agent's run ended, for records (a harness that drives serve itself)", runAgentDone},
+	"keys":       {"print the generated agent SSH private key, or authorize agent keys (--authorize)", runKeys},
+	"records":    {"list the recorded sessions as JSON Lines", runRecords},
+	"status":     {"print the running daemon's state as JSON; --ready: exit 0 only when a session would be served now", runStatus},
+	"stop":       {"stop the running daemon and its sandbox", runOp[daemon.Stopping]("stop")},
+	"trial":      {"serve a task on this machine, run an agent, grade, stop", runTrial},
+	"doctor":     {"check that serve can build its sandbox here; name what is missing", runDoctor},
+	"adapt":      {"turn Harbor task directories into images that serve themselves", runAdapt},
+	"version":    {"print the version", runVersion},
 }
 
 // summaries are the commands' summaries for their help (commands itself

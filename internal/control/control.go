@@ -17,6 +17,8 @@ import (
 	"io"
 	"path/filepath"
 	"sync"
+
+	"github.com/sandboxd/sandboxd/pkg/grade"
 )
 
 // Frame kinds.
@@ -67,6 +69,11 @@ type Request struct {
 
 	// cp (User names the owner of what is copied in)
 	Copy *Copy `json:"copy,omitempty"`
+
+	// agent-done: how the agent's run ended, and the client address of
+	// its session, as the session's record names it
+	Agent  *grade.Agent `json:"agent,omitempty"`
+	Remote string       `json:"remote,omitempty"`
 }
 
 // Copy is the sandbox's side of a `sandboxd cp`; the archive streams as

@@ -33,12 +33,13 @@ type operation func(d *Daemon, req control.Request) (Result, error)
 // run exactly these; exec is a stream, served on the control socket alone,
 // and never to a harness key, which gets no command of its own.
 var operations = map[string]operation{
-	"status":  typed((*Daemon).status),
-	"grade":   typed((*Daemon).gradeOp),
-	"keys":    typed((*Daemon).keys),
-	"records": typed((*Daemon).records),
-	"ready":   typed((*Daemon).readyOp),
-	"stop":    typed((*Daemon).stopOp),
+	"status":     typed((*Daemon).status),
+	"grade":      typed((*Daemon).gradeOp),
+	"keys":       typed((*Daemon).keys),
+	"records":    typed((*Daemon).records),
+	"ready":      typed((*Daemon).readyOp),
+	"agent-done": typed((*Daemon).agentDone),
+	"stop":       typed((*Daemon).stopOp),
 }
 
 // typed lets each operation declare the type of its result.
@@ -143,6 +144,12 @@ func (d *Daemon) harnessCommand(_ context.Context, command string, stdout, stder
 		case name == "records" && fields[i] == "--session" && i+1 < len(fields):
 			i++
 			req.Session = fields[i]
+		case name == "agent-done":
+			var err error
+			if i, err = agentDoneArg(&req, fields, i); err != nil {
+				fmt.Fprintf(stderr, "sandboxd: agent-done: %v\n", err)
+				return 2
+			}
 		case name == "keys" && fields[i] == "--authorize":
 			// The key line is the rest of the command: ssh joins its words.
 			req.Authorize = strings.Join(fields[i+1:], " ")

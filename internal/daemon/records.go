@@ -131,6 +131,7 @@ func (d *Daemon) records(req control.Request) (Records, error) {
 	if recs == nil {
 		recs = []records.Record{}
 	}
+	d.markAgentSessions(recs)
 	return recs, err
 }
 

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandboxd/sandboxd/pkg/grade"
 )
 
 // Record is one session as written to DIR/sessions.jsonl when it ends.
@@ -49,6 +51,10 @@ type Record struct {
 	Cast     string  `json:"cast,omitempty"` // asciicast v2 file of a pty session, relative to DIR
 	Usage    *Usage  `json:"usage,omitempty"`
 	Output   *Output `json:"output,omitempty"`
+	// Agent is how the agent's run ended, as the harness marked it
+	// (agent-done): on the mark itself (kind "agent") and on the session
+	// it names.
+	Agent *grade.Agent `json:"agent,omitempty"`
 }
 
 // Usage is what the command's leader used, with the descendants it waited

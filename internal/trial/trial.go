@@ -117,9 +117,14 @@ func Run(ctx context.Context, tr Config) (v grade.Verdict, err error) {
 	if v, ok, err := awaitHealthy(ctx, client, cfg.Task.Environment.Healthcheck != nil); err != nil || !ok {
 		return v, err
 	}
-	agent, err := runAgent(ctx, client, cfg.Task, tr.Agent, tr.Stderr, log)
+	agent, remote, err := runAgent(ctx, client, cfg.Task, tr.Agent, tr.Stderr, log)
 	if err != nil {
 		return grade.Verdict{}, err
+	}
+	// records shows the outcome on the agent's own session, which only we
+	// can name: by its client address.
+	if err := client.Call(ctx, control.Request{Op: "agent-done", Agent: &agent, Remote: remote}, &daemon.AgentMarked{}); err != nil {
+		log.Warn("the agent's outcome is not in the records", "err", err)
 	}
 	// As Harbor does, the run is graded whatever the agent's outcome.
 	err = client.Call(ctx, control.Request{Op: "grade"}, &v)
@@ -188,19 +193,20 @@ const healthPoll = 100 * time.Millisecond
 // solution/solve.sh to `bash -s` through a real SSH session, as the agent
 // user in the workdir; nop does nothing; anything else is a command. The
 // agent's own failure is its outcome; an error means sandboxd failed.
-func runAgent(ctx context.Context, client control.Client, t *task.Task, agent string, out io.Writer, log *slog.Logger) (grade.Agent, error) {
+// remote is the client address of the agent's SSH session ("" for nop).
+func runAgent(ctx context.Context, client control.Client, t *task.Task, agent string, out io.Writer, log *slog.Logger) (_ grade.Agent, remote string, err error) {
 	var command string
 	var stdin io.Reader
 	switch agent {
 	case "", "nop":
-		return grade.Agent{Status: grade.AgentCompleted}, nil
+		return grade.Agent{Status: grade.AgentCompleted}, "", nil
 	case "oracle":
 		if t.SolutionScript == "" {
-			return grade.Agent{}, fmt.Errorf("task %s has no solution/solve.sh for the oracle", t.Name)
+			return grade.Agent{}, "", fmt.Errorf("task %s has no solution/solve.sh for the oracle", t.Name)
 		}
 		script, err := os.ReadFile(t.SolutionScript)
 		if err != nil {
-			return grade.Agent{}, fmt.Errorf("read the oracle: %w", err)
+			return grade.Agent{}, "", fmt.Errorf("read the oracle: %w", err)
 		}
 		command = "bash -s"
 		if env := t.SolutionEnv().Environ(); len(env) > 0 {
@@ -217,11 +223,11 @@ func runAgent(ctx context.Context, client control.Client, t *task.Task, agent st
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	code, err := sshRun(actx, client, command, stdin, out)
+	code, err := sshRun(actx, client, command, stdin, out, &remote)
 	res := grade.Agent{ExitCode: code, DurationSec: time.Since(start).Seconds()}
 	switch {
 	case ctx.Err() != nil:
-		return grade.Agent{}, ctx.Err()
+		return grade.Agent{}, "", ctx.Err()
 	case actx.Err() == context.DeadlineExceeded:
 		// Harbor grades after an agent timeout, with the agent's
 		// background processes alive; the outcome says it was cut short.
@@ -239,13 +245,14 @@ func runAgent(ctx context.Context, client control.Client, t *task.Task, agent st
 		res.Status = grade.AgentCompleted
 	}
 	log.Info("agent finished", "agent", agent, "status", res.Status, "exit", res.ExitCode, "duration_sec", res.DurationSec)
-	return res, nil
+	return res, remote, nil
 }
 
 // sshRun runs command over one SSH session to the daemon's door, as a
 // harness would, with the agent key the daemon generated (`sandboxd keys`)
-// at the address its status names.
-func sshRun(ctx context.Context, client control.Client, command string, stdin io.Reader, out io.Writer) (int, error) {
+// at the address its status names. *local is set to the session's client
+// address, as the daemon records it.
+func sshRun(ctx context.Context, client control.Client, command string, stdin io.Reader, out io.Writer, local *string) (int, error) {
 	var st daemon.Status
 	if err := client.Call(ctx, control.Request{Op: "status"}, &st); err != nil {
 		return 0, err
@@ -267,6 +274,7 @@ func sshRun(ctx context.Context, client control.Client, command string, stdin io
 		return 0, err
 	}
 	defer nc.Close()
+	*local = nc.LocalAddr().String()
 	go func() { <-ctx.Done(); nc.Close() }()
 	cc, chans, reqs, err := ssh.NewClientConn(nc, st.SSH.Listen, &ssh.ClientConfig{
 		User: "agent",

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/records"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 	"github.com/sandboxd/sandboxd/pkg/task"
@@ -287,4 +288,35 @@ func TestTrial_AllowAgentHostUnderNoNetwork(t *testing.T) {
 			assert.NotContains(t, string(audit), `"proxy":"verifier","mode"`, "the verifier's policy gained nothing")
 		})
 	}
+}
+
+// trial marks its agent's outcome (agent-done), and the record of the
+// agent's own SSH session is named by its client address.
+func TestTrial_RecordsMarkTheAgentsSession(t *testing.T) {
+	sandboxtest.RequireRoot(t)
+	sandboxtest.SharedTests(t)
+	harness, err := os.MkdirTemp("/media", "sandboxd-trial-test-")
+	require.NoError(t, err)
+	defer os.RemoveAll(harness)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	v, err := Run(ctx, Config{TaskDir: filepath.Join(harborTasksDir, "agent-error"), Agent: "oracle", HarnessDir: harness, Log: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	require.NotNil(t, v.Agent)
+	recs, err := records.Read(filepath.Join(harness, "records"), records.Filter{})
+	require.NoError(t, err)
+	var mark, session *records.Record
+	for i := range recs {
+		switch {
+		case recs[i].Kind == "agent":
+			mark = &recs[i]
+		case recs[i].Via == "ssh" && recs[i].Command != "":
+			session = &recs[i]
+		}
+	}
+	require.NotNil(t, mark, "the agent's outcome is on the record")
+	require.NotNil(t, session, "the agent's session is on the record")
+	assert.Equal(t, *v.Agent, *mark.Agent)
+	assert.Equal(t, session.Remote, mark.Remote, "the mark names the agent's session")
+	assert.Equal(t, 3, session.Exit)
 }
