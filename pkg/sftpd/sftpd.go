@@ -11,7 +11,10 @@
 // resolves, a symlink's target included, resolves inside the sandbox's view,
 // where the harness dir is absent: nothing here needs to guard against
 // escaping to the substrate, and the kernel's permission checks are the
-// agent user's. Its stdin and stdout are the SSH channel.
+// agent user's. Its stdin and stdout are the SSH channel. Like the session
+// it is, it lives in the sandbox's pid namespace, where the agent can see
+// and signal it: it holds nothing the agent user does not (its binary, at
+// /proc/PID/exe, is the sealed in-memory copy, which nobody can write).
 //
 // sandboxd serves its own always, even where the image has OpenSSH's: the
 // harness moves the task's inputs and the agent's artifacts through it, and
@@ -64,7 +67,7 @@ type stdio struct {
 }
 
 // serveSFTP serves SFTP v3 with OpenSSH's extensions (posix-rename,
-// statvfs, hardlink, fsync, limits) until the client closes the channel. Paths are
+// statvfs, hardlink, limits) until the client closes the channel. Paths are
 // relative to the working directory, as OpenSSH's sftp-server has them.
 // The allocator reuses packet buffers: without it, the garbage of small
 // writes keeps an upload below OpenSSH's server (test/bench, sftp); and
