@@ -25,6 +25,21 @@ func refusedByProxy(x result) string {
 	return ""
 }
 
+// answeredInside is the check of a datagram to port 53: the sandbox's
+// resolver takes every one, wherever it was sent, and the test host's UDP
+// listener never answers, so an answer held if it is the sandbox's
+// (SERVFAIL: the resolver here forwards to no server) and a send held if
+// nothing arrived (checked outside).
+func answeredInside(x result) string {
+	switch {
+	case x.code != 0, strings.Contains(x.stdout, "sent to "):
+		return ""
+	case strings.Contains(x.stdout, `\x81\x82`):
+		return ""
+	}
+	return "answered by something other than the sandbox's resolver"
+}
+
 // networkAttempts reach for everything outside the policy. The rollout's
 // policy is public, with exactly the test host's first address opened
 // (as --egress-allow-cidr would), so that the proxy demonstrably works.
@@ -37,10 +52,11 @@ func networkAttempts(n *network) []attempt {
 		{name: "TCP to the substrate's own veth address", sh: `{PY} tcp ` + hostSide + ` ` + hsp},
 		{name: "TCP to the second test host", sh: `{PY} tcp ` + testHost2 + ` 80`},
 		{name: "TCP to the test host over IPv6", sh: `{PY} tcp ` + testHost6 + ` 80`},
-		{name: "UDP to the test host", sh: `{PY} udp ` + testHost + ` 53`},
+		{name: "UDP to the test host", sh: `{PY} udp ` + testHost + ` 9`},
+		{name: "UDP to the test host's port 53", sh: `{PY} udp ` + testHost + ` 53`, check: answeredInside},
 		{name: "UDP to the substrate's loopback", sh: `{PY} udp 127.0.0.1 ` + port(n.loopbackUDP.addr) + `; exit 1`},
-		{name: "DNS query to the test host", sh: `{PY} dns ` + testHost + ` example.test`},
-		{name: "DNS query to the resolver the substrate names", sh: `for s in $(awk '/^nameserver/ {print $2}' /etc/resolv.conf); do case $s in 127.*|::1) {PY} dns $s example.test && exit 0;; esac; done; exit 1`},
+		{name: "DNS query to the test host", sh: `{PY} dns ` + testHost + ` example.test`, check: answeredInside},
+		{name: "DNS query to the resolver the substrate names", sh: `for s in $(awk '/^nameserver/ {print $2}' /etc/resolv.conf); do case $s in 127.*|::1) {PY} dns $s example.test && exit 0;; esac; done; exit 1`, check: answeredInside},
 		{name: "raw and packet sockets", sh: `{PY} raw`},
 		{name: "the substrate's abstract unix socket", sh: `{PY} abstract ` + n.abstract},
 	}
@@ -53,6 +69,8 @@ func networkAttempts(n *network) []attempt {
 		{name: "squat on the transparent listener's port", sh: `{PY} bind 127.0.0.1 3130`},
 		{name: "squat on the transparent listener's port on every address", sh: `{PY} bind 0.0.0.0 3130`},
 		{name: "TCP straight to the transparent listener", sh: `{PY} tcp 127.0.0.1 3130`},
+		{name: "squat on the resolver's port", sh: `{PY} bind 127.0.0.53 53`},
+		{name: "squat on the resolver's port on every address", sh: `{PY} bind 0.0.0.0 53`},
 		{name: "delete the default route", sh: `ip route del default`},
 		{name: "replace the default route", sh: `ip route replace default dev lo`},
 		{name: "add a route of one's own", sh: `ip route add 10.213.77.0/24 dev lo`},
