@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
+	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 )
 
@@ -103,3 +104,42 @@ open("/logs/verifier/reward.txt", "w").write(str(r))'
 
 // shQuote quotes s for a POSIX shell.
 func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// A connection to one of the container's own addresses goes to the
+// sandbox's loopback on the same port, as under Docker, where
+// `curl http://$(hostname):8080` reaches the container's own server; it
+// never reaches the substrate's listener on that address
+// (docs/failures.md#every-connection-caught).
+func TestOwnAddressesReachTheSandboxsLoopback(t *testing.T) {
+	requireTool(t, "curl")
+	own := ""
+	addrs, err := egress.LocalAddrs()
+	require.NoError(t, err)
+	for _, a := range addrs {
+		if a.Is4() && !a.IsLoopback() {
+			own = a.String()
+			break
+		}
+	}
+	if own == "" {
+		t.Fatal("this machine has no IPv4 address besides loopback")
+	}
+	substrate, err := net.Listen("tcp", own+":0")
+	require.NoError(t, err)
+	hits := serveBanner(substrate, "substrate\n")
+	port := substrate.Addr().(*net.TCPAddr).Port
+	s := serveForTest(t, config.Config{})
+	r := s.sh(t, fmt.Sprintf(`python3 -c '
+import os, socket
+if os.fork() == 0:
+    os.setsid()
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", %d)); s.listen(5)
+    os.close(0); os.close(1); os.close(2)
+    while True:
+        c, _ = s.accept(); c.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 8\r\n\r\nsandbox\n"); c.close()
+' && sleep 0.3 && curl -sS --max-time 10 http://%s:%d/`, port, own, port))
+	require.Equal(t, 0, r.exit.Code, r.stderr)
+	assert.Equal(t, "sandbox\n", r.stdout)
+	assert.Zero(t, hits.Load(), "the substrate's listener on its own address was reached")
+}
