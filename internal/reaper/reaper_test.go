@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -44,4 +45,65 @@ func TestReaperTakesOnlyChildrenNothingWaitsFor(t *testing.T) {
 	var ee *exec.ExitError
 	require.True(t, errors.As(err, &ee), "the late waiter lost its child: %v", err)
 	assert.Equal(t, 7, ee.ExitCode())
+}
+
+// Zombies finds this process's exited children that nothing has waited for,
+// whichever thread made them, also when that thread has exited since (its
+// children pass to another thread), and nothing else: not a child still
+// running, not one already waited for.
+func TestZombiesAreOwnExitedChildrenOfEveryThread(t *testing.T) {
+	// No reaper runs here: the zombies stay until this test waits for them.
+	fork := func(argv ...string) int {
+		pid, err := syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{})
+		require.NoError(t, err)
+		return pid
+	}
+	reap := func(pid int) {
+		var ws syscall.WaitStatus
+		syscall.Wait4(pid, &ws, 0, nil)
+	}
+	exited := fork("/bin/true")
+	defer reap(exited)
+	running := fork("/bin/sleep", "60")
+	defer reap(running)
+	defer syscall.Kill(running, syscall.SIGKILL)
+	waited := fork("/bin/true")
+	reap(waited)
+	// Made by a thread that exits with its goroutine (locked, never
+	// unlocked), so the child passes to another thread of this process.
+	orphaned := make(chan int)
+	go func() {
+		runtime.LockOSThread()
+		orphaned <- fork("/bin/true")
+	}()
+	fromGone := <-orphaned
+	defer reap(fromGone)
+
+	require.Eventually(t, func() bool {
+		z := Zombies()
+		_, a := z[exited]
+		_, b := z[fromGone]
+		return a && b
+	}, 10*time.Second, 20*time.Millisecond, "both exited children are zombies of this process")
+	z := Zombies()
+	assert.NotContains(t, z, running, "a running child is no zombie")
+	assert.NotContains(t, z, waited, "a child waited for is gone")
+	for pid, st := range z {
+		assert.Equal(t, os.Getpid(), st.PPID, "pid %d", pid)
+		assert.Equal(t, byte('Z'), st.State, "pid %d", pid)
+	}
+}
+
+// Without a child that has exited, Zombies reads no process at all, and
+// says so by finding none.
+func TestZombiesWithNoExitedChild(t *testing.T) {
+	running, err := syscall.ForkExec("/bin/sleep", []string{"sleep", "60"}, &syscall.ProcAttr{})
+	require.NoError(t, err)
+	defer func() {
+		syscall.Kill(running, syscall.SIGKILL)
+		var ws syscall.WaitStatus
+		syscall.Wait4(running, &ws, 0, nil)
+	}()
+	assert.False(t, anyExited(), "only a running child")
+	assert.Empty(t, Zombies())
 }
