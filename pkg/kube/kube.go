@@ -155,7 +155,7 @@ func manifests(e layer.TaskEntry, images map[string]string, o Options) (map[stri
 	var sidecars []container
 	var aliases []string
 	if t.ComposeFile != "" {
-		if sidecars, aliases, err = composeSidecars(t.ComposeFile, images, sshPort); err != nil {
+		if sidecars, aliases, err = composeSidecars(t, images, sshPort); err != nil {
 			return nil, err
 		}
 	}

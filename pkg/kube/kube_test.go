@@ -329,3 +329,26 @@ func hash8(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])[:8]
 }
+
+// TestComposeSidecarsInterpolated: a sidecar is carried as adapt read it,
+// interpolated as Compose does under Harbor (its port and command from
+// environment/.env).
+func TestComposeSidecarsInterpolated(t *testing.T) {
+	dir := filepath.Join(repo(t), "testdata", "compose", "redis-interpolated")
+	e := entryOf(t, dir, "registry.test/sandboxd/compose:redis-interpolated")
+	m := &layer.Manifest{
+		Tasks:  []layer.TaskEntry{e},
+		Groups: []layer.GroupEntry{{Tasks: []string{e.Name}, Sidecars: []layer.SidecarEntry{{Service: "cache", Image: "registry.test/sandboxd/cache:built", Built: true}}}},
+	}
+	out, _ := writeOne(t, m)
+	var job batchv1.Job
+	strict(t, filepath.Join(out, Name(e.Name), JobFile), &job)
+	require.Len(t, job.Spec.Template.Spec.InitContainers, 1)
+	sc := job.Spec.Template.Spec.InitContainers[0]
+	assert.Equal(t, "cache", sc.Name)
+	require.Len(t, sc.Ports, 1)
+	assert.Equal(t, int32(6380), sc.Ports[0].ContainerPort, "REDIS_PORT from environment/.env")
+	assert.Equal(t, []string{"redis-server", "--port", "6380", "--bind", "0.0.0.0", "--protected-mode", "no", "--save", "", "--appendonly", "no"}, sc.Args)
+	assert.Empty(t, sc.Command, "compose's command is the image's CMD: a Pod's args")
+	assert.Equal(t, []corev1.HostAlias{{IP: "127.0.0.1", Hostnames: []string{"cache"}}}, job.Spec.Template.Spec.HostAliases)
+}

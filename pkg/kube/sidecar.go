@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandboxd/pkg/layer/compose"
+	"github.com/sandboxd/sandboxd/pkg/task"
 )
 
 // sidecarKeys are the compose service keys a Pod container carries (by
@@ -22,11 +23,13 @@ var sidecarKeys = map[string]bool{
 // (init containers that restart always: they start before serve, and a Job
 // completes when serve exits whatever they do), and returns their names
 // for hostAliases.
-func composeSidecars(path string, images map[string]string, sshPort int) ([]container, []string, error) {
-	f, err := compose.Parse(path)
+func composeSidecars(t *task.Task, images map[string]string, sshPort int) ([]container, []string, error) {
+	// As adapt read it: interpolated as Compose would under Harbor.
+	f, err := compose.ForTask(t)
 	if err != nil {
 		return nil, nil, err
 	}
+	path := t.ComposeFile
 	ports := map[int]string{sshPort: "sandboxd's SSH"}
 	var out []container
 	var names []string
