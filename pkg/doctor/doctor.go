@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,8 +18,10 @@ import (
 	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/masks"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
+	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/join"
+	"github.com/sandboxd/sandboxd/pkg/netrules"
 )
 
 // Config is what serve would be started with.
@@ -207,8 +210,22 @@ func Run(ctx context.Context, cfg Config) Report {
 		userns = "nested user namespaces not tried (the image has no unshare)"
 	}
 	add(Check{Name: "join", OK: true, Detail: fmt.Sprintf("a session as uid %d entered, /proc/sys is read-only, the harness is absent, %s", u.UID, userns)})
-	r.OK = true
+	c := networkRules(ctx, t)
+	add(c)
+	r.OK = c.OK
 	return r
+}
+
+// networkRules installs, in the throwaway sandbox, the route and the
+// nftables rules serve catches every outbound connection with: where the
+// kernel or the runtime refuses them, serve refuses to start.
+func networkRules(ctx context.Context, t join.Target) Check {
+	plan := netrules.Plan{Catch: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), egress.CatchPort), DNS: egress.ResolverAddr}
+	if err := netrules.Apply(ctx, t, plan); err != nil {
+		return Check{Name: "network rules", Detail: err.Error(),
+			Fix: "the sandbox's outbound connections cannot be caught (nf_tables with NAT, reject and conntrack in a user namespace): use a kernel and runtime that allow them, or serve --allow-degraded for the explicit proxy alone"}
+	}
+	return Check{Name: "network rules", OK: true, Detail: "the default route through lo and the nftables rules that catch every outbound connection were installed"}
 }
 
 // doctorNoExec is the doctor that runs no program of the image: bwrap is
