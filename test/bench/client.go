@@ -34,11 +34,11 @@ type clientResult struct {
 
 func runClient(args []string) int {
 	fs := flag.NewFlagSet(clientRole, flag.ContinueOnError)
-	mode := fs.String("mode", "", "connect | plain | small | tunnels")
+	mode := fs.String("mode", "", "connect | plain | small | tunnels | dns")
 	proxy := fs.String("proxy", "", "proxy host:port; empty dials the target directly")
 	target := fs.String("target", "", "host:port of the upstream")
 	size := fs.Int64("bytes", 1<<30, "bytes to fetch (connect, plain)")
-	count := fs.Int("n", 1000, "requests (small)")
+	count := fs.Int("n", 1000, "requests (small), questions (dns)")
 	conc := fs.Int("c", 1, "concurrent tunnels (tunnels)")
 	dur := fs.Duration("d", 5*time.Second, "duration (tunnels)")
 	if err := fs.Parse(args); err != nil {
@@ -55,6 +55,8 @@ func runClient(args []string) int {
 		res, err = clientSmall(*proxy, *target, *count)
 	case "tunnels":
 		res, err = clientTunnels(*proxy, *target, *conc, *dur)
+	case "dns":
+		res, err = clientDNS(*target, *count)
 	default:
 		err = fmt.Errorf("unknown mode %q", *mode)
 	}

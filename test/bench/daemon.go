@@ -72,10 +72,16 @@ func (b *bench) serveCmd(harness string, extra ...string) *exec.Cmd {
 // startDaemon starts `sandboxd serve` on a fresh harness dir under /media
 // and waits until it is ready.
 func (b *bench) startDaemon(ctx context.Context, name string, extra ...string) (*daemon, error) {
+	return b.startDaemonCmd(ctx, name, func(harness string) *exec.Cmd { return b.serveCmd(harness, extra...) })
+}
+
+// startDaemonCmd is startDaemon with the command made by serve, for a
+// daemon that starts wrapped (in a mount namespace of its own).
+func (b *bench) startDaemonCmd(ctx context.Context, name string, serve func(harness string) *exec.Cmd) (*daemon, error) {
 	harness := harnessDir(name)
 	os.RemoveAll(harness)
 	b.cleanup.Add("remove "+harness, func() { os.RemoveAll(harness) })
-	p, err := b.startProc("sandboxd serve ("+name+")", b.serveCmd(harness, extra...), filepath.Join(b.tmp, "serve-"+name+".log"), syscall.SIGTERM)
+	p, err := b.startProc("sandboxd serve ("+name+")", serve(harness), filepath.Join(b.tmp, "serve-"+name+".log"), syscall.SIGTERM)
 	if err != nil {
 		return nil, err
 	}

@@ -56,6 +56,7 @@ var groups = []group{
 	{"pty", benchPTY},
 	{"memory", benchMemory},
 	{"egress", benchEgress},
+	{"dns", benchDNS},
 	{"grade", benchGrade},
 	{"scaling", benchScaling},
 	{"neutral", benchNeutral},
@@ -70,7 +71,7 @@ func main() {
 
 func run() int {
 	var o options
-	only := flag.String("only", "", "comma-separated groups to run (ready, exec, ssh, sftp, pty, memory, egress, grade, scaling, neutral); default all")
+	only := flag.String("only", "", "comma-separated groups to run (ready, exec, ssh, sftp, pty, memory, egress, dns, grade, scaling, neutral); default all")
 	flag.BoolVar(&o.quick, "quick", false, "a reduced run (under two minutes) whose numbers are not judged")
 	flag.StringVar(&o.out, "out", "", "write the report here (markdown) and the plot next to it")
 	flag.StringVar(&o.sandboxd, "sandboxd", "bin/sandboxd", "the sandboxd binary under test (make build)")
