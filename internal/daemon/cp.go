@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/control"
-	"github.com/sandboxd/sandboxd/internal/records"
 	"github.com/sandboxd/sandboxd/pkg/tarcopy"
 )
 
@@ -31,12 +30,13 @@ func (d *Daemon) copy(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 		owner = u
 	}
 	start := time.Now()
-	exit, state, err := tarcopy.Serve(ctx, conn, d.target, *req.Copy, owner)
+	out, err := tarcopy.Serve(ctx, conn, d.target, *req.Copy, owner)
 	if err != nil {
 		fail(err.Error())
 		return
 	}
-	d.recordCopy(req, owner, start, exit, records.UsageOf(state.SysUsage()))
+	exit := out.Exit
+	d.recordCopy(req, owner, start, out)
 	conn.WriteJSON(control.KindExit, exit)
 	d.log.Info("cp ended", "path", req.Copy.Path, "out", req.Copy.Out, "code", exit.Code)
 	if uc, ok := nc.(*net.UnixConn); ok {

@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/records"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/ptyrelay"
+	"github.com/sandboxd/sandboxd/pkg/tarcopy"
 )
 
 // execRecord is the record of one control-socket exec, kept as an SSH
@@ -147,7 +148,7 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 }
 
 // recordCopy writes the record of one cp.
-func (d *Daemon) recordCopy(req control.Request, owner idmap.User, start time.Time, exit control.Exit, usage *records.Usage) {
+func (d *Daemon) recordCopy(req control.Request, owner idmap.User, start time.Time, out tarcopy.Outcome) {
 	dir := "in"
 	if req.Copy.Out {
 		dir = "out"
@@ -155,7 +156,12 @@ func (d *Daemon) recordCopy(req control.Request, owner idmap.User, start time.Ti
 	rec := records.Record{
 		ID: records.NewID(start), Kind: "cp", Via: "control", Command: "cp " + dir + " " + req.Copy.Path,
 		User: userName(owner), UID: owner.UID, GID: owner.GID, Start: start, End: time.Now(),
-		Exit: exit.Code, Signal: exit.Signal, Usage: usage,
+		Exit: out.Exit.Code, Signal: out.Exit.Signal, Usage: records.UsageOf(out.State.SysUsage()),
+	}
+	if req.Copy.Out {
+		rec.BytesOut = out.Bytes
+	} else {
+		rec.BytesIn = out.Bytes
 	}
 	if err := d.recs.Write(&rec); err != nil {
 		d.log.Warn("cp record lost", "id", rec.ID, "err", err)

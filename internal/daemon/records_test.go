@@ -100,4 +100,5 @@ func TestCopyIsRecorded(t *testing.T) {
 	assert.Equal(t, "cp", recs[0].Kind)
 	assert.Equal(t, "cp out /etc/hostname", recs[0].Command)
 	assert.NotNil(t, recs[0].Usage)
+	assert.Greater(t, recs[0].BytesOut, int64(512), "the archive's bytes")
 }

@@ -2,10 +2,12 @@ package tarcopy
 
 import (
 	"context"
+	"io"
 	"os"
 	"path"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -16,13 +18,20 @@ import (
 	"github.com/sandboxd/sandboxd/pkg/join"
 )
 
+// Outcome is how the sandbox's side of a copy ended.
+type Outcome struct {
+	Exit  control.Exit
+	State *os.ProcessState // the role's, with its rusage
+	Bytes int64            // of archive, either way
+}
+
 // Serve does the sandbox's side of one copy for the daemon: the role,
 // joined into the sandbox as a session is, packs c.Path onto
 // conn as stdout frames, or unpacks the stdin frames the client sends at
-// c.Path, owned by owner unless c.Archive. It returns how the role ended;
-// the reason of a failure has been sent as a stderr frame. A client that
-// goes away, or ctx's end, kills the role.
-func Serve(ctx context.Context, conn *control.Conn, t join.Target, c control.Copy, owner idmap.User) (control.Exit, *os.ProcessState, error) {
+// c.Path, owned by owner unless c.Archive. The reason of a failure has
+// been sent as a stderr frame when it returns. A client that goes away,
+// or ctx's end, kills the role.
+func Serve(ctx context.Context, conn *control.Conn, t join.Target, c control.Copy, owner idmap.User) (Outcome, error) {
 	p := c.Path
 	if !path.IsAbs(p) {
 		// As docker cp: a path inside is relative to the root.
@@ -39,26 +48,27 @@ func Serve(ctx context.Context, conn *control.Conn, t join.Target, c control.Cop
 	t.Limits = join.Limits{}
 	st, err := t.Command(join.Spec{User: idmap.User{Name: "root"}, Dir: "/", Role: role, Argv: args})
 	if err != nil {
-		return control.Exit{}, nil, err
+		return Outcome{}, err
 	}
 	cmd := st.Cmd
 	cmd.Pdeathsig = syscall.SIGKILL
 	msg := tail.New(4 << 10)
 	cmd.Stderr = msg
 	var stdin *os.File
+	var bytes atomic.Int64
 	if c.Out {
-		cmd.Stdout = control.Writer{C: conn, Kind: control.KindStdout}
+		cmd.Stdout = counting{control.Writer{C: conn, Kind: control.KindStdout}, &bytes}
 	} else {
 		r, w, err := os.Pipe()
 		if err != nil {
-			return control.Exit{}, nil, err
+			return Outcome{}, err
 		}
 		defer r.Close()
 		defer w.Close()
 		cmd.Stdin, stdin = r, w
 	}
 	if _, err := st.Start(); err != nil {
-		return control.Exit{}, nil, err
+		return Outcome{}, err
 	}
 	if stdin != nil {
 		cmd.Stdin.(*os.File).Close()
@@ -74,7 +84,9 @@ func Serve(ctx context.Context, conn *control.Conn, t join.Target, c control.Cop
 			}
 			switch {
 			case kind == control.KindStdin && stdin != nil:
-				if _, err := stdin.Write(payload); err != nil {
+				n, err := stdin.Write(payload)
+				bytes.Add(int64(n))
+				if err != nil {
 					// The role stopped reading: it has failed, and says why.
 					stdin.Close()
 					stdin = nil
@@ -90,7 +102,7 @@ func Serve(ctx context.Context, conn *control.Conn, t join.Target, c control.Cop
 	err = cmd.Wait()
 	code, sig, ok := join.ExitStatus(err)
 	if !ok {
-		return control.Exit{}, cmd.ProcessState, err
+		return Outcome{State: cmd.ProcessState}, err
 	}
 	exit := control.Exit{Code: code}
 	if sig != 0 {
@@ -99,7 +111,18 @@ func Serve(ctx context.Context, conn *control.Conn, t join.Target, c control.Cop
 	if s := msg.String(); s != "" {
 		conn.Write(control.KindStderr, []byte(s))
 	}
-	return exit, cmd.ProcessState, nil
+	return Outcome{Exit: exit, State: cmd.ProcessState, Bytes: bytes.Load()}, nil
+}
+
+type counting struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c counting) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 func flag(b bool) string {
