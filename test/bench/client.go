@@ -55,6 +55,8 @@ func runClient(args []string) int {
 		res, err = clientSmall(*proxy, *target, *count)
 	case "tunnels":
 		res, err = clientTunnels(*proxy, *target, *conc, *dur)
+	case "first":
+		res, err = clientFirst(*proxy, *target, *count)
 	case "dns":
 		res, err = clientDNS(*target, *count)
 	default:

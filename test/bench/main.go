@@ -56,6 +56,7 @@ var groups = []group{
 	{"pty", benchPTY},
 	{"memory", benchMemory},
 	{"egress", benchEgress},
+	{"caught", benchCaught},
 	{"dns", benchDNS},
 	{"grade", benchGrade},
 	{"scaling", benchScaling},

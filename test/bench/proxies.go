@@ -26,8 +26,9 @@ type proxySet struct {
 // egressSide is one way to the upstreams.
 type egressSide struct {
 	name      string
-	proxy     string // host:port; "" is direct
-	inSandbox bool   // the client must run inside the sandbox (sandboxd's proxy)
+	proxy     string  // host:port; "" is direct
+	inSandbox bool    // the client must run inside the sandbox (sandboxd's proxy)
+	d         *daemon // the sandbox it runs in; nil: the main daemon's
 }
 
 // sandboxdProxy is where sandboxd's agent proxy listens, inside the sandbox.

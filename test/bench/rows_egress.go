@@ -62,7 +62,11 @@ func (b *bench) runSide(ctx context.Context, ps *proxySet, side egressSide, args
 	}
 	var cmd *exec.Cmd
 	if side.inSandbox {
-		cmd = b.execCmd(b.main_, argv...)
+		d := side.d
+		if d == nil {
+			d = b.main_
+		}
+		cmd = b.execCmd(d, argv...)
 	} else {
 		cmd = exec.Command(argv[0], argv[1:]...)
 	}

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The caught rows: a connection the sandbox's rules send to sandboxd's
+// transparent listener, against the explicit proxy's CONNECT, in the same
+// run. The substrate's loopback is never caught, so the upstreams sit on a
+// test host in a network namespace of the bench's own, joined to the
+// substrate by a veth pair, and a daemon of its own opens that host's
+// address deliberately (--egress-allow-cidr).
+
+// caughtHost are the test host's addresses (a /30 of their own).
+const (
+	caughtSide = "10.215.0.1"
+	caughtHost = "10.215.0.2"
+	caughtNet  = "10.215.0.0/30"
+)
+
+// caughtSet is the caught rows' cast.
+type caughtSet struct {
+	streamUp, echoUp string
+	sides            []egressSide // direct (from the substrate), proxy CONNECT, caught
+}
+
+func (b *bench) caughtSet(ctx context.Context) (*caughtSet, error) {
+	ns := fmt.Sprintf("sbxbench%d", os.Getpid())
+	veth := fmt.Sprintf("sbxb%d", os.Getpid()%100000)
+	for _, args := range [][]string{
+		{"netns", "add", ns},
+		{"link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns},
+		{"addr", "add", caughtSide + "/30", "dev", veth},
+		{"link", "set", veth, "up"},
+		{"-n", ns, "addr", "add", caughtHost + "/30", "dev", "eth0"},
+		{"-n", ns, "link", "set", "eth0", "up"},
+		{"-n", ns, "link", "set", "lo", "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("test host: ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		switch args[0] {
+		case "netns":
+			b.cleanup.Add("remove the test host "+ns, func() { exec.Command("ip", "netns", "del", ns).Run() })
+		case "link":
+			if args[1] == "add" {
+				b.cleanup.Add("remove "+veth, func() { exec.Command("ip", "link", "del", veth).Run() })
+			}
+		}
+	}
+	cs := &caughtSet{}
+	var err error
+	if cs.streamUp, err = b.serveInNetns(ns, "stream", serveStream); err != nil {
+		return nil, err
+	}
+	if cs.echoUp, err = b.serveInNetns(ns, "echo", serveEcho); err != nil {
+		return nil, err
+	}
+	d, err := b.startDaemon(ctx, "caught", "--egress-allow-cidr", caughtNet)
+	if err != nil {
+		return nil, err
+	}
+	cs.sides = []egressSide{
+		{name: "direct"},
+		{name: "proxy CONNECT", proxy: sandboxdProxy, inSandbox: true, d: d},
+		{name: "caught", inSandbox: true, d: d},
+	}
+	return cs, nil
+}
+
+// serveInNetns serves fn on a listener made in the network namespace ns.
+func (b *bench) serveInNetns(ns, name string, fn func(net.Listener)) (string, error) {
+	errc := make(chan error, 1)
+	var ln net.Listener
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends in ns
+		f, err := os.Open("/run/netns/" + ns)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- err
+			return
+		}
+		ln, err = net.Listen("tcp", caughtHost+":0")
+		errc <- err
+	}()
+	if err := <-errc; err != nil {
+		return "", fmt.Errorf("upstream %s on the test host: %w", name, err)
+	}
+	b.cleanup.Add("close upstream "+name, func() { ln.Close() })
+	go fn(ln)
+	return ln.Addr().String(), nil
+}
+
+// benchCaught: 1 GiB through a caught connection, the time to its first
+// response byte, and 100 concurrent caught connections, each against the
+// explicit proxy's CONNECT (and the direct path) in the same run.
+func benchCaught(ctx context.Context, b *bench) error {
+	ps, err := b.proxySet(ctx)
+	if err != nil {
+		return err
+	}
+	cs, err := b.caughtSet(ctx)
+	if err != nil {
+		return err
+	}
+	run := func(s egressSide, args ...string) (clientResult, error) { return b.runSide(ctx, ps, s, args...) }
+	size := pick[int64](b, 1<<30, 128<<20)
+	rounds := pick(b, 5, 2)
+	var fns []func() (float64, error)
+	for _, s := range cs.sides {
+		fns = append(fns, func() (float64, error) {
+			r, err := run(s, "-mode", "connect", "-target", cs.streamUp, "-bytes", fmt.Sprint(size))
+			return r.MiBps, err
+		})
+	}
+	tp, err := alternate(ctx, 1, rounds, fns...)
+	if err != nil {
+		return err
+	}
+	const peer = "the explicit proxy's CONNECT, same sandbox and host"
+	b.addCaught(&result{id: "caught-1gib", name: "caught connection, " + sizeText(size), unit: "MiB/s", peer: peer,
+		peerV: tp[1].median(), ours: tp[2].median(), n: len(tp[2]), spread: tp[2].spread(), target: 1,
+		detail: fmt.Sprintf("direct from the substrate %s MiB/s: caught/direct %.3f", fmtNum(tp[0].median()), tp[2].median()/tp[0].median())})
+
+	n := fmt.Sprint(pick(b, 500, 100))
+	first := make([]samples, len(cs.sides))
+	for r := 0; r < rounds+1; r++ {
+		for i, s := range cs.sides {
+			res, err := run(s, "-mode", "first", "-target", cs.echoUp, "-n", n)
+			if err != nil {
+				return err
+			}
+			if r > 0 {
+				first[i] = append(first[i], res.P50)
+			}
+		}
+	}
+	diff := first[2].median() - first[1].median()
+	b.addCaught(&result{id: "caught-first-byte", name: "caught connection, time to the first response byte (connect, 1 byte echoed), p50", unit: "ms",
+		peer: peer, peerV: first[1].median(), ours: first[2].median(), n: len(first[2]), spread: first[2].spread(), noTarget: true,
+		detail: fmt.Sprintf("%s connections per run; caught − proxy %+.3f ms (target: within 0.1 ms, %s); direct %s ms", n, diff, verdict(diff <= 0.1), fmtNum(first[0].median()))})
+
+	dur := pick(b, 5*time.Second, time.Second)
+	p50, p99 := make([]samples, len(cs.sides)), make([]samples, len(cs.sides))
+	for r := 0; r < pick(b, 2, 1); r++ {
+		for i, s := range cs.sides {
+			res, err := run(s, "-mode", "tunnels", "-target", cs.echoUp, "-c", "100", "-d", dur.String())
+			if err != nil {
+				return fmt.Errorf("100 caught connections: %w", err)
+			}
+			p50[i], p99[i] = append(p50[i], res.P50), append(p99[i], res.P99)
+		}
+	}
+	for _, q := range []struct {
+		name string
+		s    []samples
+	}{{"p50", p50}, {"p99", p99}} {
+		b.addCaught(&result{id: "caught-100-" + q.name, name: "100 concurrent caught connections, 64-byte round trip, " + q.name, unit: "ms",
+			peer: "100 CONNECT tunnels through the explicit proxy", peerV: q.s[1].median(), ours: q.s[2].median(), n: len(q.s[2]), spread: q.s[2].spread(),
+			noTarget: true, detail: fmt.Sprintf("direct %s ms", fmtNum(q.s[0].median()))})
+	}
+	return cs.sides[1].d.checkAlive()
+}
+
+func (b *bench) addCaught(r *result) {
+	b.results = append(b.results, r)
+	b.logf("%s: %s %s %s, caught %s %s (target %s) %s; %s", r.name, r.peer, fmtNum(r.peerV), r.unit, fmtNum(r.ours), r.unit, r.targetText(), verdict(r.met()), r.detail)
+}
+
+// clientFirst opens n connections to the echo upstream one after the
+// other and times each from before the dial (and the CONNECT, through a
+// proxy) to the first byte echoed back.
+func clientFirst(proxy, target string, n int) (clientResult, error) {
+	var lat samples
+	for i := -5; i < n; i++ { // five unmeasured
+		t0 := time.Now()
+		c, br, err := tunnel(proxy, target)
+		if err != nil {
+			return clientResult{}, err
+		}
+		if _, err := c.Write([]byte{'x'}); err != nil {
+			c.Close()
+			return clientResult{}, err
+		}
+		_, err = io.ReadFull(br, make([]byte, 1))
+		elapsed := time.Since(t0)
+		c.Close()
+		if err != nil {
+			return clientResult{}, err
+		}
+		if i >= 0 {
+			lat = append(lat, ms(elapsed))
+		}
+	}
+	return clientResult{P50: lat.pct(50), P99: lat.pct(99), Count: len(lat)}, nil
+}
