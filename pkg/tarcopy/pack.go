@@ -62,15 +62,10 @@ func (p *packer) top(src string, inside bool) error {
 		if err := unix.Fstatat(parent, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return fmt.Errorf("%s: %w", src, err)
 		}
-		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-			return p.entry(parent, base, name)
-		}
+		return p.entry(parent, base, name)
 	}
-	flags := unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC
-	if wantDir {
-		flags |= unix.O_DIRECTORY
-	}
-	if !wantDir || !inside {
+	flags := unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+	if !inside {
 		flags |= unix.O_NOFOLLOW
 	}
 	fd, err := unix.Openat(parent, base, flags, 0)
@@ -106,7 +101,9 @@ func (p *packer) entry(dir int, name, arch string) error {
 		h.Linkname = target
 		return p.tw.WriteHeader(h)
 	case unix.S_IFREG, unix.S_IFDIR:
-		fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		// Never blocking on a FIFO nor taking a terminal, should the name
+		// have been swapped for one since it was looked at.
+		fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("%s: %w", arch, err)
 		}
