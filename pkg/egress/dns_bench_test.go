@@ -23,7 +23,7 @@ func BenchmarkDNSCacheHit(b *testing.B) {
 		b.Cleanup(func() { c.Close() })
 		return c
 	}
-	direct, cached := dial(zone.addr), dial(addr)
+	direct, cached := dial(zone.Addr), dial(addr)
 	buf := make([]byte, 1500)
 	ask := func(c net.Conn) time.Duration {
 		t0 := time.Now()
@@ -37,13 +37,13 @@ func BenchmarkDNSCacheHit(b *testing.B) {
 		return time.Since(t0)
 	}
 	ask(cached) // fills the cache
-	before := zone.udp.Load()
+	before := zone.UDP.Load()
 	var lDirect, lCached []time.Duration
 	for b.Loop() {
 		lDirect = append(lDirect, ask(direct))
 		lCached = append(lCached, ask(cached))
 	}
-	if got := zone.udp.Load() - before; got != int32(len(lDirect)) {
+	if got := zone.UDP.Load() - before; got != int32(len(lDirect)) {
 		b.Fatalf("the zone saw %d queries for %d direct ones: some cached answers were not", got, len(lDirect))
 	}
 	pd50, pd99 := percentiles(lDirect)

@@ -6,24 +6,19 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
-// testZone is the tiny authoritative name server the resolver's tests
-// forward to, on loopback: every test name is answered here and nowhere
-// else, so no test asks the machine's resolver about a real name.
-type testZone struct {
-	udp, tcp atomic.Int32 // queries answered
-	// silent makes it read queries and answer none, as a dead server does.
-	silent atomic.Bool
-	addr   string
-}
+// startZone serves the test zone: the tiny authoritative name server the
+// resolver's tests forward to, on loopback, so that every test name is
+// answered there and no test asks the machine's resolver about a real name.
+func startZone(t testing.TB) *sandboxtest.DNSZone { return sandboxtest.StartDNSZone(t, zoneAnswer) }
 
 // zoneAnswer is what the test zone answers for a question.
 func zoneAnswer(q dnsmessage.Question) (dnsmessage.RCode, []dnsmessage.Resource) {
@@ -85,124 +80,18 @@ func zoneAnswer(q dnsmessage.Question) (dnsmessage.RCode, []dnsmessage.Resource)
 	return dnsmessage.RCodeNameError, nil
 }
 
-// zoneReply answers one query; nil for input it drops.
-func (z *testZone) reply(raw []byte, maxLen int) []byte {
-	var p dnsmessage.Parser
-	h, err := p.Start(raw)
-	if err != nil {
-		return nil
-	}
-	q, err := p.Question()
-	if err != nil {
-		return nil
-	}
-	rcode, answers := zoneAnswer(q)
-	msg := dnsmessage.Message{
-		Header:    dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired, RCode: rcode},
-		Questions: []dnsmessage.Question{q},
-		Answers:   answers,
-	}
-	if rcode == dnsmessage.RCodeNameError {
-		msg.Authorities = []dnsmessage.Resource{{
-			Header: dnsmessage.ResourceHeader{Name: dnsmessage.MustNewName("test."), Type: dnsmessage.TypeSOA, Class: dnsmessage.ClassINET, TTL: 60},
-			Body: &dnsmessage.SOAResource{NS: dnsmessage.MustNewName("ns.test."), MBox: dnsmessage.MustNewName("admin.test."),
-				Serial: 1, Refresh: 60, Retry: 60, Expire: 60, MinTTL: 60},
-		}}
-	}
-	out, err := msg.Pack()
-	if err != nil {
-		return nil
-	}
-	if len(out) > maxLen {
-		msg.Header.Truncated = true
-		msg.Answers = nil
-		out, _ = msg.Pack()
-	}
-	return out
-}
-
-// startZone serves the test zone on one loopback port, UDP and TCP, until
-// the test ends.
-func startZone(t testing.TB) *testZone {
-	t.Helper()
-	z := &testZone{}
-	pc, ln := listenPair(t)
-	z.addr = pc.LocalAddr().String()
-	var wg sync.WaitGroup
-	t.Cleanup(func() { pc.Close(); ln.Close(); wg.Wait() })
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		buf := make([]byte, 65535)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			if z.silent.Load() {
-				continue
-			}
-			if out := z.reply(buf[:n], dnsMinUDP); out != nil {
-				z.udp.Add(1)
-				pc.WriteTo(out, from)
-			}
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(10 * time.Second))
-				for {
-					raw, err := readTCPMsg(c)
-					if err != nil || z.silent.Load() {
-						return
-					}
-					out := z.reply(raw, dnsMaxMsg)
-					z.tcp.Add(1)
-					c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(out))), out...))
-				}
-			}()
-		}
-	}()
-	return z
-}
-
-// listenPair listens on one loopback port on both UDP and TCP, as a name
-// server does (dig falls back to TCP on the same port).
-func listenPair(t testing.TB) (net.PacketConn, net.Listener) {
-	t.Helper()
-	for range 20 {
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		require.NoError(t, err)
-		if ln, err := net.Listen("tcp", pc.LocalAddr().String()); err == nil {
-			return pc, ln
-		}
-		pc.Close()
-	}
-	t.Fatal("no loopback port free on both UDP and TCP")
-	return nil, nil
-}
-
 // startDNS serves a resolver made from c, forwarding to z when c has no
 // upstream, on one loopback port (UDP and TCP), until the test ends.
-func startDNS(t testing.TB, c DNSConfig, z *testZone) (addr string, s *DNSServer) {
+func startDNS(t testing.TB, c DNSConfig, z *sandboxtest.DNSZone) (addr string, s *DNSServer) {
 	t.Helper()
 	if c.Upstream == nil && z != nil {
-		c.Upstream = &DNSForwarder{Servers: []string{z.addr}}
+		c.Upstream = &DNSForwarder{Servers: []string{z.Addr}}
 	}
 	if c.Log == nil {
 		c.Log = quietLog
 	}
 	s = NewDNSServer(c)
-	pc, ln := listenPair(t)
+	pc, ln := sandboxtest.ListenUDPAndTCP(t)
 	serveUntilCleanup(t, func(ctx context.Context) error { return s.Serve(ctx, pc, ln) })
 	return pc.LocalAddr().String(), s
 }

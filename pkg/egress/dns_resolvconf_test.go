@@ -86,7 +86,7 @@ func TestDNSResolvConfInNamespace(t *testing.T) {
 	var policy atomic.Pointer[Policy]
 	policy.Store(&Policy{Mode: Public})
 	s := NewDNSServer(DNSConfig{
-		Upstream: &DNSForwarder{Servers: []string{zone.addr}},
+		Upstream: &DNSForwarder{Servers: []string{zone.Addr}},
 		PolicyFor: func(string, netip.AddrPort) (string, Policy, bool) {
 			return "agent", *policy.Load(), true
 		},

@@ -137,7 +137,7 @@ func TestDNSTCPAndTruncation(t *testing.T) {
 // cache keeps no answer past its TTL.
 func TestDNSCache(t *testing.T) {
 	zone := startZone(t)
-	fwd := &DNSForwarder{Servers: []string{zone.addr}}
+	fwd := &DNSForwarder{Servers: []string{zone.Addr}}
 	// The clock is read by the server's goroutines: atomic, for the race
 	// detector, which does not see the order the network gives.
 	var clock atomic.Int64
@@ -149,11 +149,11 @@ func TestDNSCache(t *testing.T) {
 	m, _ := query(t, "udp", addr, "a.test.", dnsmessage.TypeA, false)
 	require.Len(t, m.Answers, 1)
 	assert.EqualValues(t, 300, m.Answers[0].Header.TTL)
-	require.EqualValues(t, 1, zone.udp.Load())
+	require.EqualValues(t, 1, zone.UDP.Load())
 
 	advance(100 * time.Second)
 	m, _ = query(t, "udp", addr, "A.TeSt.", dnsmessage.TypeA, false)
-	assert.EqualValues(t, 1, zone.udp.Load(), "answered from the cache")
+	assert.EqualValues(t, 1, zone.UDP.Load(), "answered from the cache")
 	assert.EqualValues(t, 0x4242, m.Header.ID)
 	assert.Equal(t, "A.TeSt.", m.Questions[0].Name.String(), "the client's spelling of its question")
 	require.Len(t, m.Answers, 1)
@@ -161,10 +161,10 @@ func TestDNSCache(t *testing.T) {
 
 	query(t, "udp", addr, "short.test.", dnsmessage.TypeA, false)
 	query(t, "udp", addr, "short.test.", dnsmessage.TypeA, false)
-	assert.EqualValues(t, 2, zone.udp.Load(), "second short.test from the cache")
+	assert.EqualValues(t, 2, zone.UDP.Load(), "second short.test from the cache")
 	advance(3 * time.Second)
 	query(t, "udp", addr, "short.test.", dnsmessage.TypeA, false)
-	assert.EqualValues(t, 3, zone.udp.Load(), "a 2 s TTL is asked again after 3 s")
+	assert.EqualValues(t, 3, zone.UDP.Load(), "a 2 s TTL is asked again after 3 s")
 
 	// dig sends a DNS cookie: an answer from the cache must not echo the
 	// first client's, which dig would take for a forgery.
@@ -176,24 +176,24 @@ func TestDNSCache(t *testing.T) {
 		assert.NotContains(t, string(out), "COOKIE mismatch")
 		assert.NotContains(t, strings.ToLower(string(out)), "warning")
 	}
-	assert.EqualValues(t, 4, zone.udp.Load(), "the second dig from the cache")
+	assert.EqualValues(t, 4, zone.UDP.Load(), "the second dig from the cache")
 
 	// Negative answers are kept for their SOA's TTL.
 	query(t, "udp", addr, "nowhere.test.", dnsmessage.TypeA, false)
 	m, _ = query(t, "udp", addr, "nowhere.test.", dnsmessage.TypeA, false)
 	assert.Equal(t, dnsmessage.RCodeNameError, m.Header.RCode)
-	assert.EqualValues(t, 5, zone.udp.Load())
+	assert.EqualValues(t, 5, zone.UDP.Load())
 }
 
 // TestDNSCacheBounded pins the cache's bound on entries.
 func TestDNSCacheBounded(t *testing.T) {
 	zone := startZone(t)
-	fwd := &DNSForwarder{Servers: []string{zone.addr}, MaxEntries: 2}
+	fwd := &DNSForwarder{Servers: []string{zone.Addr}, MaxEntries: 2}
 	addr, _ := startDNS(t, DNSConfig{Agent: Policy{Mode: Public}, Upstream: fwd}, zone)
 	for _, n := range []string{"a.test.", "allowed.test.", "private.test.", "a.test."} {
 		query(t, "udp", addr, n, dnsmessage.TypeA, false)
 	}
-	assert.EqualValues(t, 4, zone.udp.Load(), "a.test was evicted by the third name")
+	assert.EqualValues(t, 4, zone.UDP.Load(), "a.test was evicted by the third name")
 	fwd.mu.Lock()
 	defer fwd.mu.Unlock()
 	assert.LessOrEqual(t, fwd.lru.Len(), 2)
@@ -203,7 +203,7 @@ func TestDNSCacheBounded(t *testing.T) {
 // prompt SERVFAIL, never a client's timeout.
 func TestDNSUpstreamFailure(t *testing.T) {
 	zone := startZone(t)
-	zone.silent.Store(true)
+	zone.Silent.Store(true)
 	dead, err := net.ListenPacket("udp", "127.0.0.1:0")
 	require.NoError(t, err)
 	refusing := dead.LocalAddr().String()
@@ -215,7 +215,7 @@ func TestDNSUpstreamFailure(t *testing.T) {
 	}{
 		{"no server at all", nil, time.Second},
 		{"nothing listens", []string{refusing}, time.Second},
-		{"server never answers", []string{zone.addr}, 4 * time.Second},
+		{"server never answers", []string{zone.Addr}, 4 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -248,14 +248,14 @@ func TestDNSAllowlistRecordsAnswers(t *testing.T) {
 
 	// A question first answered under public and then asked under
 	// allowlist is recorded from the cache.
-	fwd := &DNSForwarder{Servers: []string{zone.addr}}
+	fwd := &DNSForwarder{Servers: []string{zone.Addr}}
 	pub := startDNSWith(t, DNSConfig{Agent: Policy{Mode: Public}, Upstream: fwd, Answers: answers})
 	strict := startDNSWith(t, DNSConfig{Agent: allowTest(), Upstream: fwd, Answers: answers})
 	query(t, "udp", pub, "allowed.test.", dnsmessage.TypeA, false)
 	assert.False(t, answers.Answered("allowed.test", netip.MustParseAddr("192.0.2.1")), "public records nothing")
-	before := zone.udp.Load()
+	before := zone.UDP.Load()
 	query(t, "udp", strict, "allowed.test.", dnsmessage.TypeA, false)
-	assert.Equal(t, before, zone.udp.Load(), "from the cache")
+	assert.Equal(t, before, zone.UDP.Load(), "from the cache")
 	assert.True(t, answers.Answered("allowed.test", netip.MustParseAddr("192.0.2.1")))
 }
 
