@@ -158,10 +158,13 @@ except OSError as e: print(type(e).__name__)'`, "PermissionError\n"},
 func TestCaughtClientsUnderAllowlist(t *testing.T) {
 	requireTool(t, "node")
 	n := startTestNet(t)
+	key, repo := startGitSSH(t, n)
 	clientsUnder(t, n, config.Network{
 		Agent: egress.Policy{Mode: egress.Allowlist, AllowedHosts: []string{"allowed.test"}, AllowCIDRs: []netip.Prefix{netip.MustParsePrefix(n.cidr)}},
 	}, []clientCase{
 		{"python by an allowed name", pyConnect + "allowed.test 80", "testhost\n"},
+		{"git clone ssh:// by an allowed name", gitClone(key, "allowed.test", repo), "caught\n"},
+		{"git clone ssh:// by a name not allowed", gitClone(key, "other.test", repo), "clone failed\n"},
 		{"node fetch of an allowed name", nodeFetch + "http://allowed.test/", "testhost\n"},
 		{"https by an allowed name", "curl -sSk --max-time 10 https://allowed.test/", "tls ok\n"},
 		{"a name not allowed: NXDOMAIN", "getent hosts nowhere.test || echo exit $?", "exit 2\n"},
@@ -189,4 +192,54 @@ func TestCaughtClientsUnderNoNetwork(t *testing.T) {
 		{"dig at another server is answered by the sandbox's", "dig +tries=1 +time=3 @{OTHER} allowed.test | grep -o 'status: [A-Z]*'", "status: REFUSED\n"},
 	})
 	assert.Zero(t, n.otherHits.Load())
+}
+
+// startGitSSH serves a git repository over OpenSSH's sshd on the first
+// test host's port 22 and returns the client key (readable by every user:
+// the scripts copy it to a file of their own) and the repository's path.
+func startGitSSH(t *testing.T, n *testNet) (key, repo string) {
+	t.Helper()
+	requireTool(t, "git")
+	sshd, err := exec.LookPath("sshd")
+	if err != nil {
+		sshd = "/usr/sbin/sshd"
+	}
+	dir, err := os.MkdirTemp("", "caught-git-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	hostKey, _ := keyPair(t, dir, "host_key")
+	key, pub := keyPair(t, dir, "client_key")
+	require.NoError(t, os.Chmod(key, 0o644))
+	auth := filepath.Join(dir, "authorized_keys")
+	require.NoError(t, os.WriteFile(auth, []byte(pub+"\n"), 0o600))
+	repo = filepath.Join(dir, "repo")
+	for _, args := range [][]string{{"init", "-q", repo}, {"-C", repo, "-c", "user.email=t@test", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "caught"}} {
+		out, err := exec.Command("git", args...).CombinedOutput()
+		require.NoError(t, err, "git %v: %s", args, out)
+	}
+	conf := filepath.Join(dir, "sshd_config")
+	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("Port 22\nListenAddress %s\nHostKey %s\nPidFile %s/sshd.pid\nAuthorizedKeysFile %s\n"+
+		"PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nUseDNS no\n",
+		n.allowed.Addr, hostKey, dir, auth)), 0o600))
+	cmd := exec.Command("ip", "netns", "exec", n.allowed.Namespace(), sshd, "-D", "-e", "-f", conf)
+	cmd.WaitDelay = time.Second
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	require.Eventually(t, func() bool {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(n.allowed.Addr.String(), "22"), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond, "sshd on the test host")
+	return key, repo
+}
+
+// gitClone clones ssh://root@HOST/REPO with a copy of key of the user's
+// own and prints the one commit's subject.
+func gitClone(key, host, repo string) string {
+	return fmt.Sprintf(`k=$(mktemp) && cp %s $k && chmod 600 $k && d=$(mktemp -d) &&
+GIT_SSH_COMMAND="ssh -F /dev/null -i $k -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=10" \
+git clone -q ssh://root@%s%s $d/r 2>/dev/null && git -C $d/r log --format=%%s || echo "clone failed"`, key, host, repo)
 }
