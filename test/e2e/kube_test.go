@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,29 +25,26 @@ import (
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
 
-// TestKubernetesPodUnderDocker adapts a task with --k8s, reads the Pod it
-// wrote, starts its task container under Docker with every setting of the
-// spec translated one to one (dockerRunArgs), runs its probes as the
-// kubelet would, and runs a trial through it: the oracle over SSH, the
-// verdict graded 1. What Docker cannot give one container is logged, not
-// faked: hostUsers: false (TestHostUsersFalseEmulated emulates it around
-// serve) and the ephemeral-storage limit
+// TestKubernetesPodUnderDocker adapts tasks with --k8s, reads the Pods it
+// wrote, and runs each under Docker as a kubelet would run it: a holder of
+// the Pod's network namespace with its hostAliases, the native sidecars in
+// it, then the task container with every setting of the spec translated
+// one to one (dockerRunArgs); the probes as the kubelet runs them; and a
+// trial through it: the oracle over SSH, the verdict graded 1, and for the
+// compose task the value the oracle stored in the sidecar, through the
+// peer. What Docker cannot give one container is logged, not faked:
+// hostUsers: false (TestHostUsersFalseEmulated emulates it around serve)
+// and the ephemeral-storage limit
 // (docs/failures.md#kubernetes-manifests-carry-what-the-sandbox-needs).
 func TestKubernetesPodUnderDocker(t *testing.T) {
 	e := setup(t)
-	dirs := e.dataset(t, "e2e-kube", "bookworm", filepath.Join(e.repo, "testdata", "tasks", "reward-shapes-metrics"))
+	dirs := e.dataset(t, "e2e-kube", "bookworm",
+		filepath.Join(e.repo, "testdata", "tasks", "reward-shapes-metrics"),
+		filepath.Join(e.repo, "testdata", "compose", "redis-peer"))
 	kdir := filepath.Join(e.work, "k8s")
 	m, stderr, code := e.adapt(t, nil, append([]string{"--tag", prefix, "--k8s", kdir}, dirs...)...)
 	require.Equal(t, 0, code, "adapt failed:\n%s", tail(stderr, 60))
-	require.Len(t, m.Tasks, 1)
-	te := m.Tasks[0]
-	tk, err := task.Load(te.Dir)
-	require.NoError(t, err)
-
-	data, err := os.ReadFile(filepath.Join(kdir, kube.Name(te.Name), kube.PodFile))
-	require.NoError(t, err)
-	var pod corev1.Pod
-	require.NoError(t, yaml.UnmarshalStrict(data, &pod))
+	require.Len(t, m.Tasks, 2)
 
 	// The Secrets, as files: what kubectl create secret generic --from-file takes.
 	secrets := filepath.Join(e.work, "secrets")
@@ -60,14 +58,25 @@ func TestKubernetesPodUnderDocker(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(secrets, name, kube.SecretKey), []byte(content), 0o400))
 	}
 
-	args, untranslated := dockerRunArgs(t, pod, kdir, secrets)
-	for _, u := range untranslated {
-		figure("kubernetes pod under docker: not translated: %s", u)
+	for _, te := range m.Tasks {
+		t.Run(te.Name, func(t *testing.T) {
+			tk, err := task.Load(te.Dir)
+			require.NoError(t, err)
+			data, err := os.ReadFile(filepath.Join(kdir, kube.Name(te.Name), kube.PodFile))
+			require.NoError(t, err)
+			var pod corev1.Pod
+			require.NoError(t, yaml.UnmarshalStrict(data, &pod))
+			e.podUnderDocker(t, pod, tk, kdir, secrets, harnessKey, te.Compose != "")
+		})
 	}
+}
+
+// podUnderDocker runs one written Pod and a trial through it.
+func (e *env) podUnderDocker(t *testing.T, pod corev1.Pod, tk *task.Task, kdir, secrets, harnessKey string, compose bool) {
 	c := pod.Spec.Containers[0]
 	start := time.Now()
-	id := strings.TrimSpace(docker(t, append(append([]string{"run", "-d", "--label", "org.sandboxd.e2e=1"}, args...), c.Image)...))
-	t.Cleanup(func() { dockerErr(context.Background(), "rm", "-f", id) })
+	p := runPod(t, pod, kdir, secrets)
+	id, ip := p.main, p.ip
 
 	// When serve is ready, polled finer than the probe's period; then the
 	// kubelet's order: the startup probe until it passes, then readiness
@@ -76,27 +85,37 @@ func TestKubernetesPodUnderDocker(t *testing.T) {
 		_, err := dockerErr(context.Background(), append([]string{"exec", id}, c.ReadinessProbe.Exec.Command...)...)
 		return err == nil
 	}, 2*time.Minute, 50*time.Millisecond)
-	figure("kubernetes pod under docker: docker run to status --ready passing: %.2fs (a busy shared machine)", time.Since(start).Seconds())
+	figure("kubernetes pod %s under docker: docker run to status --ready passing: %.2fs (a busy shared machine)", tk.Name, time.Since(start).Seconds())
 	probeUntil(t, id, c.StartupProbe)
-	for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
-		_, err := dockerErr(context.Background(), append([]string{"exec", id}, p.Exec.Command...)...)
-		require.NoError(t, err, "probe %v", p.Exec.Command)
+	for _, pr := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
+		_, err := dockerErr(context.Background(), append([]string{"exec", id}, pr.Exec.Command...)...)
+		require.NoError(t, err, "probe %v", pr.Exec.Command)
 	}
 
-	ip := containerIP(t, id)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	e.podCost(t, ctx, id, ip)
-	out2, err := e.sshRun(ctx, ip, "test -e /media/sandboxd && echo present || echo absent", "")
-	require.NoError(t, err, "%s", out2)
-	assert.Equal(t, "absent\n", out2, "the harness dir, and the harness keys' Secret under it, are not in the sandbox")
-	out2, err = e.sshRun(ctx, ip, "cd "+shq(tk.Workdir())+" && bash -s", tk.SolutionScript)
-	require.NoError(t, err, "the oracle over SSH:\n%s", out2)
+	if !compose {
+		e.podCost(t, ctx, id, ip)
+	}
+	out, err := e.sshRun(ctx, ip, "test -e /media/sandboxd && echo present || echo absent", "")
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, "absent\n", out, "the harness dir, and the harness keys' Secret under it, are not in the sandbox")
+	out, err = e.sshRun(ctx, ip, "cd "+shq(tk.Workdir())+" && bash -s", tk.SolutionScript)
+	require.NoError(t, err, "the oracle over SSH:\n%s", out)
 	v := e.grade(t, id, tk.Verifier.Timeout+2*time.Minute)
 	require.Equal(t, "graded", v.Status, "verdict: %+v (%s)", v, v.Stdout)
 	got, ok := v.reward()
 	require.True(t, ok, "no reward in %s", v.Reward)
 	assert.Equal(t, 1.0, got)
+	if compose {
+		// The oracle reached the sidecar by its compose name, through the
+		// peer, on the Pod's loopback: the value is in it.
+		stored := regexp.MustCompile(`stored (\S+) in redis`).FindStringSubmatch(out)
+		require.Len(t, stored, 2, "the oracle said: %s", out)
+		redis := p.sidecars["redis"]
+		require.NotEmpty(t, redis)
+		assert.Equal(t, stored[1], strings.TrimSpace(docker(t, "exec", redis, "redis-cli", "GET", "sandboxd:answer")))
+	}
 
 	// The harness key from its Secret runs control commands over SSH.
 	hout, err := exec.CommandContext(ctx, "ssh", "-i", harnessKey, "-p", "2222", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
@@ -108,7 +127,63 @@ func TestKubernetesPodUnderDocker(t *testing.T) {
 		} `json:"sandbox"`
 	}
 	require.NoError(t, json.Unmarshal(hout, &st), "%s", hout)
-	figure("kubernetes pod under docker: status.sandbox.uid_map %q (Docker's host ids; a hostUsers: false Pod has 0 0 65536)", st.Sandbox.UIDMap)
+	figure("kubernetes pod %s under docker: status.sandbox.uid_map %q (Docker's host ids; a hostUsers: false Pod has 0 0 65536)", tk.Name, st.Sandbox.UIDMap)
+}
+
+// podRun is a Pod run under Docker: the container that holds its network
+// namespace, its task container, and its sidecars by name.
+type podRun struct {
+	ip, main string
+	sidecars map[string]string
+}
+
+// runPod runs a written Pod as a kubelet would under Docker: a holder of
+// the network namespace with the Pod's hostAliases in its hosts file (the
+// containers that join it share that file), each native sidecar in it, and
+// then the task container.
+func runPod(t *testing.T, pod corev1.Pod, kubeletSeccompRoot, secrets string) *podRun {
+	t.Helper()
+	run := func(args ...string) string {
+		id := strings.TrimSpace(docker(t, append([]string{"run", "-d", "--label", "org.sandboxd.e2e=1"}, args...)...))
+		t.Cleanup(func() { dockerErr(context.Background(), "rm", "-f", id) })
+		return id
+	}
+	holder := []string{"--restart", "no"}
+	for _, a := range pod.Spec.HostAliases {
+		for _, h := range a.Hostnames {
+			holder = append(holder, "--add-host", h+":"+a.IP)
+		}
+	}
+	hid := run(append(holder, "sandboxd-base:bookworm", "sleep", "infinity")...)
+	ns := "container:" + hid
+	p := &podRun{ip: containerIP(t, hid), sidecars: map[string]string{}}
+	for _, sc := range pod.Spec.InitContainers {
+		require.NotNil(t, sc.RestartPolicy, "init container %s", sc.Name)
+		require.Equal(t, corev1.ContainerRestartPolicyAlways, *sc.RestartPolicy, "only native sidecars are written")
+		require.Nil(t, sc.SecurityContext, "a sidecar runs with the runtime's defaults")
+		args := []string{"--network", ns}
+		for _, v := range sc.Env {
+			require.Nil(t, v.ValueFrom, "a sidecar's variables are values")
+			args = append(args, "-e", v.Name+"="+v.Value)
+		}
+		if sc.WorkingDir != "" {
+			args = append(args, "-w", sc.WorkingDir)
+		}
+		if len(sc.Command) > 0 {
+			args = append(args, "--entrypoint", sc.Command[0])
+		}
+		args = append(args, sc.Image)
+		if len(sc.Command) > 1 {
+			args = append(args, sc.Command[1:]...)
+		}
+		p.sidecars[sc.Name] = run(append(args, sc.Args...)...)
+	}
+	args, untranslated := dockerRunArgs(t, pod, kubeletSeccompRoot, secrets)
+	for _, u := range untranslated {
+		figure("kubernetes pod %s under docker: not translated: %s", pod.Name, u)
+	}
+	p.main = run(append(append(args, "--network", ns), pod.Spec.Containers[0].Image)...)
+	return p
 }
 
 // dockerRunArgs translates the task container of a written Pod into
@@ -119,18 +194,12 @@ func dockerRunArgs(t *testing.T, pod corev1.Pod, kubeletSeccompRoot, secrets str
 	t.Helper()
 	spec := pod.Spec
 	require.Len(t, spec.Containers, 1)
-	require.Empty(t, spec.InitContainers, "this test runs a task without sidecars")
 	c := spec.Containers[0]
 	if spec.HostUsers != nil && !*spec.HostUsers {
 		untranslated = append(untranslated, "hostUsers: false (this engine gives one container no user namespace of its own; TestHostUsersFalseEmulated)")
 	}
 	require.Equal(t, corev1.RestartPolicyNever, spec.RestartPolicy)
 	args = append(args, "--restart", "no")
-	for _, a := range spec.HostAliases {
-		for _, h := range a.Hostnames {
-			args = append(args, "--add-host", h+":"+a.IP)
-		}
-	}
 
 	sc := c.SecurityContext
 	require.NotNil(t, sc)
