@@ -60,5 +60,5 @@ func TestBothDoorsServeTheOperationsTable(t *testing.T) {
 	}
 	err = s.client.Call(context.Background(), control.Request{Op: "nonsense"}, nil)
 	require.True(t, errors.As(err, &f), "%v", err)
-	assert.Contains(t, f.Message, "knows cp, exec, grade, keys, ready, records, status, stop")
+	assert.Contains(t, f.Message, "knows agent-done, cp, exec, grade, keys, ready, records, status, stop")
 }
