@@ -88,6 +88,24 @@ func TestControlExecIsRecorded(t *testing.T) {
 	assert.Contains(t, f.Message, "RFC 3339")
 }
 
+// A control exec with a terminal is recorded as an SSH pty session is: its
+// output is an asciicast, not an output record.
+func TestControlExecWithTerminalIsCast(t *testing.T) {
+	s := serveForTest(t, config.Config{})
+	r := s.exec(t, control.Request{Argv: []string{"/bin/sh", "-c", "echo on-the-terminal"}, TTY: true, Term: "xterm", Cols: 100, Rows: 30}, "")
+	require.NoError(t, r.err)
+	recs := recordLines(t, s, "", control.Request{})
+	require.Len(t, recs, 1)
+	assert.True(t, recs[0].PTY)
+	assert.Nil(t, recs[0].Output)
+	require.NotEmpty(t, recs[0].Cast)
+	cast, err := os.ReadFile(filepath.Join(s.harness, "records", recs[0].Cast))
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(cast)), "\n")
+	assert.Contains(t, lines[0], `"width":100`)
+	assert.Contains(t, string(cast), "on-the-terminal")
+}
+
 // A copy is on the record too.
 func TestCopyIsRecorded(t *testing.T) {
 	s := serveForTest(t, config.Config{})

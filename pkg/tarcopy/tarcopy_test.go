@@ -258,9 +258,7 @@ func TestCopySetuidDroppedUnlessArchive(t *testing.T) {
 
 // Ownership is the target user's without -a, the archive's with it.
 func TestCopyOwnership(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("chown to another user needs root")
-	}
+	sandboxtest.RequireRoot(t) // chown to another user
 	src := t.TempDir()
 	write(t, filepath.Join(src, "d/f"), "x", 0o644)
 	require.NoError(t, os.Symlink("f", filepath.Join(src, "d/l")))
