@@ -142,7 +142,7 @@ func sidecarImages(m *layer.Manifest, taskName string) map[string]string {
 // manifests renders one task's four files.
 func manifests(e layer.TaskEntry, images map[string]string, o Options) (map[string][]byte, error) {
 	if e.Resources.GPUs > 0 {
-		return nil, fmt.Errorf("task.toml asks for gpus = %d, and adapt --k8s writes no GPU request: the resource name (nvidia.com/gpu, amd.com/gpu, …) and the node selection are the cluster's own; add them to the written files by hand, or remove gpus", e.Resources.GPUs)
+		return nil, fmt.Errorf("task.toml asks for gpus = %d, and adapt --k8s writes no GPU request, since the resource name (nvidia.com/gpu, amd.com/gpu, …) and the node selection are the cluster's own: nothing is written for this task; write its Pod by hand from another task's (docs/kubernetes.md), or remove gpus", e.Resources.GPUs)
 	}
 	t, err := task.Load(e.Dir)
 	if err != nil {
