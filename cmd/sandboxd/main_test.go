@@ -91,7 +91,7 @@ func runBin(t *testing.T, path string, env []string, stdin []byte, args ...strin
 }
 
 // A flag line of the help: the flag, then its argument's name in capitals.
-var flagLine = regexp.MustCompile(`^  (-[a-z]|--[a-z][a-z-]+)( [A-Z][A-Z0-9_:.=\[\]]*)?$`)
+var flagLine = regexp.MustCompile(`^  (-[a-z]|--[a-z][a-z0-9-]+)( [A-Z][A-Z0-9_:.=\[\]]*)?$`)
 
 // Help is asked for: it goes to stdout, nothing to stderr, exit 0. Its
 // flags name their arguments; no backquote is left over from a usage string.
