@@ -58,6 +58,7 @@ type DNSServer struct {
 	// inflight bounds the queries waiting on an upstream; a query beyond
 	// it is answered SERVFAIL at once instead of queueing.
 	inflight chan struct{}
+	chains   chains
 }
 
 // Bounds of the server's work, whatever its clients send.
@@ -286,7 +287,7 @@ func (s *DNSServer) answerNow(raw []byte, network string, client netip.AddrPort)
 		}
 	}
 	host, err := NormalizeHost(q.name)
-	if pol.Mode == Allowlist && (err != nil || !pol.AllowsHost(host)) {
+	if pol.Mode == Allowlist && (err != nil || !pol.AllowsHost(host) && !s.chains.leadsTo(label, host)) {
 		return refuse(dnsmessage.RCodeNameError, "blocked-by-allowlist")
 	}
 	if s.c.Upstream == nil {
@@ -295,7 +296,7 @@ func (s *DNSServer) answerNow(raw []byte, network string, client netip.AddrPort)
 	if resp := s.c.Upstream.cached(q); resp != nil {
 		if pol.Mode == Allowlist {
 			// The first answer may have gone to a client under public.
-			s.record(host, resp)
+			s.record(label, host, resp)
 		}
 		return q, resp, nil
 	}
@@ -312,7 +313,7 @@ func (s *DNSServer) answerNow(raw []byte, network string, client netip.AddrPort)
 			return reply(q, dnsmessage.RCodeServerFailure, nil, nil)
 		}
 		if pol.Mode == Allowlist {
-			s.record(host, resp)
+			s.record(label, host, resp)
 		}
 		return resp
 	}
@@ -320,14 +321,58 @@ func (s *DNSServer) answerNow(raw []byte, network string, client netip.AddrPort)
 
 // record notes the addresses resp answers for host, the allowed name asked
 // (also when they stand at the end of a CNAME chain): a connection to them
-// that carries host as its name is the one the allowlist lets through.
-func (s *DNSServer) record(host string, resp []byte) {
-	if s.c.Answers == nil {
-		return
-	}
-	if addrs, ttl := answerAddrs(resp); len(addrs) > 0 {
+// that carries host as its name is the one the allowlist lets through. The
+// chain's names become names label's clients may ask for too, since some
+// (nslookup) follow a chain themselves.
+func (s *DNSServer) record(label, host string, resp []byte) {
+	addrs, ttl, cnames := answerRecords(resp)
+	if len(addrs) > 0 {
 		s.c.Answers.Record(host, addrs, time.Duration(ttl)*time.Second)
 	}
+	s.chains.add(label, cnames)
+}
+
+// chains are the names CNAME records of answers to allowed names led to, per
+// policy label, each for MinAnswerLife: a client that follows a chain
+// itself asks for them next. Bounded; safe for concurrent use.
+type chains struct {
+	mu    sync.Mutex
+	names map[[2]string]time.Time // {label, name} → until
+}
+
+// maxChains bounds the chained names kept.
+const maxChains = 4096
+
+func (c *chains) add(label string, names []string) {
+	if len(names) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if c.names == nil {
+		c.names = map[[2]string]time.Time{}
+	}
+	for _, n := range names {
+		if len(c.names) >= maxChains {
+			for k, until := range c.names { // the expired, or else any one
+				if !now.Before(until) || len(c.names) >= maxChains {
+					delete(c.names, k)
+				}
+				if len(c.names) < maxChains/2 {
+					break
+				}
+			}
+		}
+		c.names[[2]string{label, n}] = now.Add(MinAnswerLife)
+	}
+}
+
+func (c *chains) leadsTo(label, name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	until, ok := c.names[[2]string{label, name}]
+	return ok && time.Now().Before(until)
 }
 
 // policyOf is the policy a query from client is answered under.

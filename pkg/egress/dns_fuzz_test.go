@@ -45,7 +45,7 @@ func FuzzDNSQuery(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		recordTTLs(data)
-		answerAddrs(data)
+		answerRecords(data)
 		for _, s := range servers {
 			for _, network := range []string{"udp", "tcp"} {
 				q, resp, wait := s.answerNow(data, network, netip.AddrPort{})

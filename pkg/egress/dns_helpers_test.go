@@ -57,6 +57,11 @@ func zoneAnswer(q dnsmessage.Question) (dnsmessage.RCode, []dnsmessage.Resource)
 			return 0, []dnsmessage.Resource{cname, end}
 		}
 		return 0, []dnsmessage.Resource{cname}
+	case "edge.cdn.test.":
+		if q.Type == dnsmessage.TypeA {
+			return 0, []dnsmessage.Resource{rr(dnsmessage.TypeA, 30, a("198.51.100.7"))}
+		}
+		return 0, nil
 	case "private.test.":
 		if q.Type == dnsmessage.TypeA {
 			return 0, []dnsmessage.Resource{rr(dnsmessage.TypeA, 300, a("10.1.2.3"))}

@@ -171,41 +171,49 @@ func recordTTLs(msg []byte) ([]ttlField, error) {
 	return out, nil
 }
 
-// answerAddrs lists the A and AAAA records of a response, whichever name
+// answerRecords lists the A and AAAA records of a response, whichever name
 // they stand under (the end of a CNAME chain stands under the chain's last
-// name), and their smallest TTL.
-func answerAddrs(msg []byte) ([]netip.Addr, uint32) {
+// name), their smallest TTL, and the names the answer's CNAME records lead
+// to.
+func answerRecords(msg []byte) (addrs []netip.Addr, ttl uint32, cnames []string) {
 	var p dnsmessage.Parser
 	if _, err := p.Start(msg); err != nil {
-		return nil, 0
+		return nil, 0, nil
 	}
 	if err := p.SkipAllQuestions(); err != nil {
-		return nil, 0
+		return nil, 0, nil
 	}
-	var addrs []netip.Addr
-	var ttl uint32
 	for {
 		h, err := p.AnswerHeader()
 		if err != nil {
-			break
+			return addrs, ttl, cnames
 		}
 		var a netip.Addr
 		switch h.Type {
 		case dnsmessage.TypeA:
 			r, err := p.AResource()
 			if err != nil {
-				return addrs, ttl
+				return addrs, ttl, cnames
 			}
 			a = netip.AddrFrom4(r.A)
 		case dnsmessage.TypeAAAA:
 			r, err := p.AAAAResource()
 			if err != nil {
-				return addrs, ttl
+				return addrs, ttl, cnames
 			}
 			a = netip.AddrFrom16(r.AAAA).Unmap()
+		case dnsmessage.TypeCNAME:
+			r, err := p.CNAMEResource()
+			if err != nil {
+				return addrs, ttl, cnames
+			}
+			if n, err := NormalizeHost(r.CNAME.String()); err == nil {
+				cnames = append(cnames, n)
+			}
+			continue
 		default:
 			if err := p.SkipAnswer(); err != nil {
-				return addrs, ttl
+				return addrs, ttl, cnames
 			}
 			continue
 		}
@@ -214,7 +222,6 @@ func answerAddrs(msg []byte) ([]netip.Addr, uint32) {
 		}
 		addrs = append(addrs, a)
 	}
-	return addrs, ttl
 }
 
 // reply builds the server's own answer to q: an error code, or the given

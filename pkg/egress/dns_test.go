@@ -259,6 +259,34 @@ func TestDNSAllowlistRecordsAnswers(t *testing.T) {
 	assert.True(t, answers.Answered("allowed.test", netip.MustParseAddr("192.0.2.1")))
 }
 
+// TestDNSAllowlistFollowsChains pins that under allowlist the names a
+// CNAME chain from an allowed name leads to may be asked for next, by the
+// clients of that policy only, and open no address by themselves.
+func TestDNSAllowlistFollowsChains(t *testing.T) {
+	zone := startZone(t)
+	answers := NewAnswers(0)
+	verifier := make(chan bool, 1)
+	addr, _ := startDNS(t, DNSConfig{Agent: allowTest(), Answers: answers,
+		PolicyFor: func(string, netip.AddrPort) (string, Policy, bool) {
+			if len(verifier) > 0 {
+				return "verifier", allowTest(), true
+			}
+			return "", Policy{}, false
+		}}, zone)
+	rcode := func(name string) dnsmessage.RCode {
+		m, _ := query(t, "udp", addr, name, dnsmessage.TypeA, false)
+		return m.Header.RCode
+	}
+	assert.Equal(t, dnsmessage.RCodeNameError, rcode("edge.cdn.test."), "before the chain was answered")
+	assert.Equal(t, dnsmessage.RCodeSuccess, rcode("www.allowed.test."))
+	assert.Equal(t, dnsmessage.RCodeSuccess, rcode("edge.cdn.test."), "the chain's end, asked on its own")
+	verifier <- true
+	assert.Equal(t, dnsmessage.RCodeNameError, rcode("edge.cdn.test."), "another policy's clients did not follow that chain")
+	<-verifier
+	assert.Equal(t, []string{"edge.cdn.test", "www.allowed.test"}, answers.NamesOf(netip.MustParseAddr("198.51.100.7")),
+		"the chain's end is recorded under its own name too, which no allowlist names")
+}
+
 func startDNSWith(t *testing.T, c DNSConfig) string {
 	addr, _ := startDNS(t, c, nil)
 	return addr
@@ -423,9 +451,11 @@ func TestNslookup(t *testing.T) {
 	assert.Error(t, err)
 	assert.Contains(t, out, "NXDOMAIN")
 	// nslookup then asks for the chain's end itself (edge.cdn.test AAAA),
-	// which the allowlist does not name: NXDOMAIN for that one, as the
-	// README says.
-	out, _ = run(strict, "www.allowed.test")
+	// which the allowlist does not name, but the chain from an allowed
+	// name led to.
+	out, err = run(strict, "www.allowed.test")
+	require.NoError(t, err, out)
+	assert.NotContains(t, out, "NXDOMAIN")
 	assert.Contains(t, out, "canonical name = edge.cdn.test.")
 	assert.Contains(t, out, "Address: 198.51.100.7")
 }
