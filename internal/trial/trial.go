@@ -223,7 +223,7 @@ func runAgent(ctx context.Context, client control.Client, t *task.Task, agent st
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	code, err := sshRun(actx, client, command, stdin, out, &remote)
+	code, err := sshRun(ctx, actx, client, command, stdin, out, &remote)
 	res := grade.Agent{ExitCode: code, DurationSec: time.Since(start).Seconds()}
 	switch {
 	case ctx.Err() != nil:
@@ -232,7 +232,7 @@ func runAgent(ctx context.Context, client control.Client, t *task.Task, agent st
 		// Harbor grades after an agent timeout, with the agent's
 		// background processes alive; the outcome says it was cut short.
 		res.Status, res.ExitCode = grade.AgentTimeout, -1
-		res.Message = fmt.Sprintf("the agent ran past agent.timeout_sec (%s); its session was ended and the run graded", timeout)
+		res.Message = fmt.Sprintf("the agent ran past agent.timeout_sec (%s); the run was graded with the agent still running, as under Harbor", timeout)
 		log.Warn("agent timed out; grading anyway", "timeout", timeout)
 	case err != nil:
 		res.Status, res.ExitCode = grade.AgentError, -1
@@ -250,18 +250,23 @@ func runAgent(ctx context.Context, client control.Client, t *task.Task, agent st
 
 // sshRun runs command over one SSH session to the daemon's door, as a
 // harness would, with the agent key the daemon generated (`sandboxd keys`)
-// at the address its status names. *local is set to the session's client
-// address, as the daemon records it.
-func sshRun(ctx context.Context, client control.Client, command string, stdin io.Reader, out io.Writer, local *string) (int, error) {
+// at the address its status names, and waits for it until wait ends.
+// *local is set to the session's client address, as the daemon records it.
+//
+// When wait ends first (the agent's timeout), the session is left running
+// until life ends, as Harbor leaves an agent's processes running at its
+// timeout: grading follows with the agent still at work, and the daemon's
+// stop ends it. Ending the session here would end the agent's command with it.
+func sshRun(life, wait context.Context, client control.Client, command string, stdin io.Reader, out io.Writer, local *string) (int, error) {
 	var st daemon.Status
-	if err := client.Call(ctx, control.Request{Op: "status"}, &st); err != nil {
+	if err := client.Call(wait, control.Request{Op: "status"}, &st); err != nil {
 		return 0, err
 	}
 	if st.SSH == nil {
 		return 0, errors.New("the trial's serve has no SSH door")
 	}
 	var keys daemon.Keys
-	if err := client.Call(ctx, control.Request{Op: "keys"}, &keys); err != nil {
+	if err := client.Call(wait, control.Request{Op: "keys"}, &keys); err != nil {
 		return 0, fmt.Errorf("the trial's SSH door has no agent key: %w", err)
 	}
 	signer, err := ssh.ParsePrivateKey([]byte(keys.PrivateKey))
@@ -269,13 +274,18 @@ func sshRun(ctx context.Context, client control.Client, command string, stdin io
 		return 0, err
 	}
 	var dialer net.Dialer
-	nc, err := dialer.DialContext(ctx, "tcp", st.SSH.Listen)
+	nc, err := dialer.DialContext(wait, "tcp", st.SSH.Listen)
 	if err != nil {
 		return 0, err
 	}
-	defer nc.Close()
+	detached := false
+	defer func() {
+		if !detached {
+			nc.Close()
+		}
+	}()
 	*local = nc.LocalAddr().String()
-	go func() { <-ctx.Done(); nc.Close() }()
+	go func() { <-life.Done(); nc.Close() }()
 	cc, chans, reqs, err := ssh.NewClientConn(nc, st.SSH.Listen, &ssh.ClientConfig{
 		User: "agent",
 		Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
@@ -291,14 +301,22 @@ func sshRun(ctx context.Context, client control.Client, command string, stdin io
 		return 0, err
 	}
 	sshClient := ssh.NewClient(cc, chans, reqs)
-	defer sshClient.Close()
 	sess, err := sshClient.NewSession()
 	if err != nil {
 		return 0, err
 	}
-	defer sess.Close()
 	sess.Stdout, sess.Stderr, sess.Stdin = out, out, stdin
-	err = sess.Run(command)
+	if err := sess.Start(command); err != nil {
+		return 0, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- sess.Wait() }()
+	select {
+	case err = <-done:
+	case <-wait.Done():
+		detached = true
+		return -1, wait.Err()
+	}
 	var ee *ssh.ExitError
 	if errors.As(err, &ee) {
 		return ee.ExitStatus(), nil

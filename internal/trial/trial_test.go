@@ -145,6 +145,7 @@ func TestTrial_HarborTasks(t *testing.T) {
 			assert.Equal(t, agentCode, strconv.Itoa(v.Agent.ExitCode))
 		}
 		if v.Agent.Status == grade.AgentTimeout {
+			assert.Contains(t, v.StdoutTail, "the agent is still running while it is graded", "as under Harbor, the timeout kills nothing")
 			assert.Equal(t, -1, v.Agent.ExitCode)
 			assert.GreaterOrEqual(t, v.Agent.DurationSec, tk.Agent.Timeout.Seconds())
 			assert.Equal(t, grade.ExitAgentTimeout, v.Exit(), "a graded run whose agent timed out has its own exit code")
