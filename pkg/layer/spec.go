@@ -130,7 +130,7 @@ func ServingLayer(g *Group, binary, version string, tomls map[string][]byte) (*L
 		User:        "root",
 		Entrypoint:  []string{BinaryPath, "serve"},
 		Cmd:         []string{},
-		Healthcheck: []string{"CMD", BinaryPath, "status"},
+		Healthcheck: []string{"CMD", BinaryPath, "status", "--ready"},
 		StopSignal:  "SIGTERM",
 		Labels: map[string]string{
 			LabelVersion:                           version,
