@@ -22,6 +22,9 @@ type DNSZone struct {
 	UDP, TCP atomic.Int32 // queries answered on each
 	// Silent makes it read queries and answer none, as a dead server does.
 	Silent atomic.Bool
+	// Delay holds each UDP answer back this long (nanoseconds), as a slow
+	// server does.
+	Delay  atomic.Int64
 	answer func(dnsmessage.Question) (dnsmessage.RCode, []dnsmessage.Resource)
 }
 
@@ -49,7 +52,12 @@ func StartDNSZone(t testing.TB, answer func(dnsmessage.Question) (dnsmessage.RCo
 			}
 			if out := z.reply(buf[:n], 512); out != nil {
 				z.UDP.Add(1)
-				pc.WriteTo(out, from)
+				if d := time.Duration(z.Delay.Load()); d > 0 {
+					wg.Add(1)
+					time.AfterFunc(d, func() { defer wg.Done(); pc.WriteTo(out, from) })
+				} else {
+					pc.WriteTo(out, from)
+				}
 			}
 		}
 	}()

@@ -31,6 +31,7 @@ type DNSForwarder struct {
 	MaxEntries, MaxBytes int
 
 	mu    sync.Mutex
+	calls map[cacheKey]*dnsCall // questions on their way to a server
 	cache map[cacheKey]*cacheEntry
 	lru   *list.List // of *cacheEntry, least recently used first
 	bytes int
@@ -45,6 +46,14 @@ type cacheKey struct {
 	qclass       dnsmessage.Class
 	rd, cd, edns bool
 	dnssecOK     bool
+}
+
+// dnsCall is one question on its way to the servers, which later askers
+// of the same question wait for instead of asking again.
+type dnsCall struct {
+	done chan struct{}
+	resp []byte
+	err  error
 }
 
 type cacheEntry struct {
@@ -62,6 +71,7 @@ const maxCacheTTL = 24 * 60 * 60
 
 func (f *DNSForwarder) init() {
 	if f.cache == nil {
+		f.calls = map[cacheKey]*dnsCall{}
 		f.cache = map[cacheKey]*cacheEntry{}
 		f.lru = list.New()
 		if f.now == nil {
@@ -90,15 +100,21 @@ func (f *DNSForwarder) cached(q *dnsQuery) []byte {
 		return nil
 	}
 	f.lru.MoveToBack(e.elem)
-	out := append(make([]byte, 0, len(e.msg)), e.msg...)
-	binary.BigEndian.PutUint16(out, q.id)
-	// The question as this client spelled it (resolvers that randomize
-	// the case of names check it); names compressed against it follow.
-	copy(out[dnsHeaderLen:q.qEnd], q.raw[dnsHeaderLen:q.qEnd])
+	out := forClient(e.msg, q)
 	age := uint32(now.Sub(e.stored) / time.Second)
 	for _, t := range e.ttls {
 		binary.BigEndian.PutUint32(out[t.off:], t.ttl-min(age, t.ttl))
 	}
+	return out
+}
+
+// forClient is a copy of msg, an answer to q's question, with q's ID and
+// the question as q's client spelled it (resolvers that randomize the case
+// of names check it; names compressed against it follow).
+func forClient(msg []byte, q *dnsQuery) []byte {
+	out := append(make([]byte, 0, len(msg)), msg...)
+	binary.BigEndian.PutUint16(out, q.id)
+	copy(out[dnsHeaderLen:q.qEnd], q.raw[dnsHeaderLen:q.qEnd])
 	return out
 }
 
@@ -159,6 +175,36 @@ var errNoUpstream = errors.New("no name server answered")
 // was truncated, and returns the first answer that is not a server failure
 // (or the last failure). The answer carries q's ID.
 func (f *DNSForwarder) exchange(ctx context.Context, q *dnsQuery) ([]byte, error) {
+	// A question already on its way is waited for, not asked again: a
+	// burst of the same lookup (parallel test workers starting) costs the
+	// servers one question.
+	k := keyOf(q)
+	f.mu.Lock()
+	f.init()
+	if c, ok := f.calls[k]; ok {
+		f.mu.Unlock()
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if c.err != nil {
+			return nil, c.err
+		}
+		return forClient(c.resp, q), nil
+	}
+	c := &dnsCall{done: make(chan struct{})}
+	f.calls[k] = c
+	f.mu.Unlock()
+	c.resp, c.err = f.exchangeOnce(ctx, q)
+	f.mu.Lock()
+	delete(f.calls, k)
+	f.mu.Unlock()
+	close(c.done)
+	return c.resp, c.err
+}
+
+func (f *DNSForwarder) exchangeOnce(ctx context.Context, q *dnsQuery) ([]byte, error) {
 	if len(f.Servers) == 0 {
 		return nil, fmt.Errorf("%w: the substrate's resolv.conf names no server", errNoUpstream)
 	}

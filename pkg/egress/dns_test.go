@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -183,6 +184,25 @@ func TestDNSCache(t *testing.T) {
 	m, _ = query(t, "udp", addr, "nowhere.test.", dnsmessage.TypeA, false)
 	assert.Equal(t, dnsmessage.RCodeNameError, m.Header.RCode)
 	assert.EqualValues(t, 5, zone.UDP.Load())
+}
+
+// TestDNSCoalesces pins that the same question asked by many clients while
+// it is on its way to a slow server is asked once, and each client gets the
+// answer under its own ID.
+func TestDNSCoalesces(t *testing.T) {
+	zone := startZone(t)
+	zone.Delay.Store(int64(300 * time.Millisecond))
+	addr, _ := startDNS(t, DNSConfig{Agent: Policy{Mode: Public}}, zone)
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			m, _ := query(t, "udp", addr, "a.test.", dnsmessage.TypeA, false)
+			assert.EqualValues(t, 0x4242, m.Header.ID)
+			assert.Len(t, m.Answers, 1)
+		})
+	}
+	wg.Wait()
+	assert.EqualValues(t, 1, zone.UDP.Load(), "one question reached the server")
 }
 
 // TestDNSCacheBounded pins the cache's bound on entries.
