@@ -353,6 +353,7 @@ func (d *Daemon) serve(ctx context.Context) (err error) {
 		Resolver:      d.cfg.Resolver,
 		ResolveWait:   peerResolveWait,
 		Catch:         d.catchRules,
+		AddAnswered:   d.addAnswered,
 		ListenPacket:  d.target.ListenPacket,
 		SockDiag:      d.target.SockDiag,
 		AllowDegraded: d.cfg.AllowDegraded,

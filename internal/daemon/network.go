@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -30,6 +31,12 @@ func agentFiles(n *egress.Wiring) []bwrap.DataFile {
 // outbound connection to the daemon's transparent listener.
 func (d *Daemon) catchRules(ctx context.Context, p netrules.Plan) error {
 	return netrules.Apply(ctx, d.target, p)
+}
+
+// addAnswered adds addresses answered for names to the rules' answered
+// set inside the sandbox.
+func (d *Daemon) addAnswered(ctx context.Context, addrs []netip.Addr) error {
+	return netrules.AddAnswered(ctx, d.target, addrs)
 }
 
 // writeVisitorResolvConf writes the sandbox's resolv.conf for the visitors'

@@ -25,6 +25,10 @@ type Answers struct {
 	// and count against no bound (the file's size bounds them).
 	pinned map[answerKey]bool
 	pinIP  map[netip.Addr][]string
+	// recorded, if set, is told every name and its addresses Record or
+	// Pin took, after the table's lock is released and before they return
+	// (answered.go).
+	recorded func(name string, addrs []netip.Addr)
 }
 
 type answerKey struct {
@@ -77,6 +81,7 @@ func (t *Answers) Record(name string, addrs []netip.Addr, ttl time.Duration) {
 		return
 	}
 	life := max(ttl, MinAnswerLife)
+	defer t.tell(name, addrs)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	exp := t.now().Add(life)
@@ -114,6 +119,7 @@ func (t *Answers) Pin(name string, addrs []netip.Addr) {
 	if t == nil || name == "" {
 		return
 	}
+	defer t.tell(name, addrs)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, a := range addrs {

@@ -249,6 +249,12 @@ type StartConfig struct {
 	// the transparent listener (netrules.Apply on the sandbox). nil: no
 	// connection is caught, and no listener is made for them.
 	Catch func(ctx context.Context, plan netrules.Plan) error
+	// AddAnswered adds addresses to the rules' answered set
+	// (netrules.AddAnswered on the sandbox); with it, where no phase is
+	// public, a connection to an address never answered for a name is
+	// refused before the handshake. nil: such connections are reset by
+	// the listener instead, after it.
+	AddAnswered func(ctx context.Context, addrs []netip.Addr) error
 	// ListenPacket makes UDP sockets inside the sandbox's network
 	// namespace (join.Target.ListenPacket), for the resolver; nil: the
 	// sandbox has no resolver of its own.
@@ -376,6 +382,7 @@ func (w *Wiring) Start(ctx context.Context, c StartConfig) error {
 		if resolving {
 			plan.DNS = ResolverAddr
 		}
+		plan.Answered = c.AddAnswered != nil && w.net.Agent.Mode != Public && w.net.Verifier.Mode != Public
 		err := c.Catch(ctx, plan)
 		if err != nil && !c.AllowDegraded {
 			return fmt.Errorf("%w: serve refuses to give the sandbox a network it does not judge; run it where nf_tables works in a user namespace (docs/container-flags.md), or pass --allow-degraded for the explicit proxy alone", err)
@@ -385,6 +392,9 @@ func (w *Wiring) Start(ctx context.Context, c StartConfig) error {
 			log.Warn("sandbox degraded", "why", w.degraded)
 			catchLn.Close()
 			catchLn = nil
+		} else if plan.Answered {
+			ar := &answeredRules{pols: []Policy{w.net.Agent, w.net.Verifier}, add: c.AddAnswered, ctx: ctx, log: log, sent: map[netip.Addr]bool{}}
+			w.answers.recorded = ar.recorded
 		}
 	}
 	cu.Release()

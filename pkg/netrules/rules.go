@@ -41,7 +41,15 @@ type Plan struct {
 	// Refused are address ranges whose TCP connections get a reset before
 	// the handshake (ECONNREFUSED), without reaching the listener.
 	Refused []Range
+	// Answered makes the set AnsweredSet, and resets before the handshake
+	// every new TCP connection to an address not in it: for when every
+	// phase reaches only addresses answered for an allowed name. The
+	// daemon adds to it (AddAnswered) before the answer leaves.
+	Answered bool
 }
+
+// AnsweredSet is the set of addresses answered for allowed names.
+const AnsweredSet = "answered"
 
 // Range is an inclusive range of IPv4 addresses.
 type Range struct{ From, To netip.Addr }
@@ -107,6 +115,13 @@ func Install(p Plan) error {
 	if p.DNS.IsValid() {
 		add(guard, slices.Concat(protoIs(unix.IPPROTO_UDP), dportIs(53), accept())...)
 	}
+	if p.Answered {
+		answered := &nftables.Set{Table: t, Name: AnsweredSet, KeyType: nftables.TypeIPAddr}
+		if err := c.AddSet(answered, nil); err != nil {
+			return &Error{Step: "answered-address set", Err: err}
+		}
+		add(guard, slices.Concat(protoIs(unix.IPPROTO_TCP), ctNew(), daddrNotInSet(answered), rejectReset())...)
+	}
 	add(guard, slices.Concat(protoNot(unix.IPPROTO_TCP), rejectUnreachable())...)
 
 	// NAT: port 53 to the resolver, the container's own addresses to
@@ -140,6 +155,7 @@ const reg = 1
 const (
 	ipsDstNAT           = 1 << 5 // IPS_DST_NAT, include/uapi/linux/netfilter/nf_conntrack_common.h
 	icmpPortUnreachable = 3      // ICMP_PORT_UNREACH
+	ctStateNew          = 1 << 3 // NF_CT_STATE_BIT(IP_CT_NEW)
 )
 
 func ipField(off, n uint32) *expr.Payload {
@@ -167,6 +183,25 @@ func daddrInSet(s *nftables.Set) []expr.Any {
 	return []expr.Any{ipField(16, 4), &expr.Lookup{SourceRegister: reg, SetName: s.Name, SetID: s.ID}}
 }
 
+func daddrNotInSet(s *nftables.Set) []expr.Any {
+	return []expr.Any{ipField(16, 4), &expr.Lookup{SourceRegister: reg, SetName: s.Name, SetID: s.ID, Invert: true}}
+}
+
+// ctNew matches the first packet of a connection: what is refused before
+// the handshake is never an established connection's later packet.
+func ctNew() []expr.Any { return ctBits(expr.CtKeySTATE, ctStateNew, expr.CmpOpNeq) }
+
+// ctBits compares conntrack's key (a 32-bit field of bits) masked with
+// bits against zero with op.
+func ctBits(key expr.CtKey, bits uint32, op expr.CmpOp) []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Key: key, Register: reg},
+		&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: op, Register: reg, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+}
+
 func protoIs(p byte) []expr.Any {
 	return []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg}, &expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{p}}}
 }
@@ -185,14 +220,7 @@ func dportIs(port uint16) []expr.Any {
 }
 
 // notDNATed matches a connection that no NAT rule has sent where it goes.
-func notDNATed() []expr.Any {
-	return []expr.Any{
-		&expr.Ct{Key: expr.CtKeySTATUS, Register: reg},
-		&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(ipsDstNAT), Xor: binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: binaryutil.NativeEndian.PutUint32(0)},
-	}
-}
+func notDNATed() []expr.Any { return ctBits(expr.CtKeySTATUS, ipsDstNAT, expr.CmpOpEq) }
 
 func dnat(to netip.AddrPort) []expr.Any {
 	return []expr.Any{

@@ -163,3 +163,49 @@ func TestRootInTheSandboxCannotChangeTheRules(t *testing.T) {
 	r = sb.Sh(t, "1000", fmt.Sprintf(`python3 -c 'import socket; print(socket.create_connection((%q, %d), timeout=5).recv(9).decode())'`, caught.Addr(), caught.Port()))
 	assert.Equal(t, "caught\n\n", r.Stdout, r.Stderr)
 }
+
+// With an answered set, a connection to an address not in it is refused
+// before the handshake; once the daemon adds the address, it is caught.
+func TestRulesRefuseWhatWasNeverAnswered(t *testing.T) {
+	sb, ln := sandboxWithRules(t, netrules.Plan{Answered: true})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("caught\n"))
+			c.Close()
+		}
+	}()
+	probe := fmt.Sprintf(`python3 -c '
+import socket, errno
+try:
+    print(socket.create_connection((%q, %d), timeout=5).recv(9).decode().strip())
+except OSError as e:
+    print(errno.errorcode[e.errno])'`, caught.Addr(), caught.Port())
+	r := sb.Sh(t, "1000", probe)
+	assert.Equal(t, "ECONNREFUSED\n", r.Stdout, r.Stderr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, netrules.AddAnswered(ctx, sb.Target, []netip.Addr{caught.Addr(), netip.MustParseAddr("2001:db8::1")}))
+	r = sb.Sh(t, "1000", probe)
+	assert.Equal(t, "caught\n", r.Stdout, r.Stderr)
+}
+
+// BenchmarkAddAnswered is what the first answer of a new address costs
+// under allowlist before it leaves the resolver: one joined child that
+// adds it to the answered set.
+func BenchmarkAddAnswered(b *testing.B) {
+	sb := sandboxtest.Start(b, bwrap.Config{})
+	ctx := context.Background()
+	require.NoError(b, netrules.Apply(ctx, sb.Target, netrules.Plan{Catch: catchAddr, Answered: true}))
+	i := 0
+	for b.Loop() {
+		i++
+		a := netip.AddrFrom4([4]byte{10, 99, byte(i >> 8), byte(i)})
+		if err := netrules.AddAnswered(ctx, sb.Target, []netip.Addr{a}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
