@@ -5,11 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -18,10 +18,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/records"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
+	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
@@ -31,49 +33,69 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// fakeResolver maps names to one address each, for the proxies and peers.
-type fakeResolver map[string]string
-
-func (f fakeResolver) LookupNetIP(_ context.Context, _ string, host string) ([]netip.Addr, error) {
-	if a, ok := f[strings.TrimSuffix(strings.ToLower(host), ".")]; ok {
-		return []netip.Addr{netip.MustParseAddr(a)}, nil
-	}
-	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-}
-
 const tasksDir = "../../testdata/tasks"
 
-// The test upstream of testdata/tasks/README.md: the files of upstream/ and a
-// fresh /token per trial, at an address no daemon listens on.
-const upstreamAddr = "127.0.0.7:18080"
+// The test upstream of testdata/tasks/README.md: the files of upstream/ and
+// a fresh /token per trial on port 18080 of a test host, in a network
+// namespace of the test's own. Not on a loopback address of the
+// substrate: the sandbox's resolver hands the agent the address itself,
+// and a caught connection to a loopback address stays in the sandbox's
+// own loopback.
+const upstreamPort = 18080
 
-var upstreamNames = fakeResolver{
-	"allowed.sandboxd.test": "127.0.0.7",
-	"refused.sandboxd.test": "127.0.0.7",
-	"tools.sandboxd.test":   "127.0.0.7",
+// upstreamNames are the names that lead to the upstream.
+var upstreamNames = []string{"allowed.sandboxd.test", "refused.sandboxd.test", "tools.sandboxd.test"}
+
+// upstream is the test upstream as a trial reaches it.
+type upstream struct {
+	// newTrial gives /token a fresh value, the same for every request of one trial.
+	newTrial func()
+	// resolver is the daemon's: a snapshot of an empty hosts file,
+	// forwarding to a test name server that answers upstreamNames with the
+	// test host's address and nothing else (no real name is ever asked).
+	resolver *egress.SnapshotResolver
+	// cidrs open the test host's address, which the address guard refuses
+	// as private; given to a trial, they replace the task's own.
+	cidrs []string
 }
 
-// startTaskUpstream serves the upstream; newTrial gives /token a fresh value,
-// the same for every request of one trial.
-func startTaskUpstream(t *testing.T) (newTrial func()) {
+func startTaskUpstream(t *testing.T) upstream {
 	var token atomic.Value
-	newTrial = func() {
+	u := upstream{newTrial: func() {
 		var b [12]byte
 		rand.Read(b[:])
 		token.Store(hex.EncodeToString(b[:]) + "\n")
-	}
-	newTrial()
+	}}
+	u.newTrial()
 	mux := http.NewServeMux()
 	mux.Handle("/", http.FileServer(http.Dir(filepath.Join(tasksDir, "upstream"))))
 	mux.HandleFunc("/token", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte(token.Load().(string)))
 	})
-	ln, err := net.Listen("tcp", upstreamAddr)
-	require.NoError(t, err)
+	host := sandboxtest.NewTestHost(t)
 	srv := &http.Server{Handler: mux}
-	go srv.Serve(ln)
+	go srv.Serve(host.Listen(t, upstreamPort))
 	t.Cleanup(func() { srv.Close() })
-	return newTrial
+
+	addr := host.Addr.As4()
+	zone := sandboxtest.StartDNSZone(t, func(q dnsmessage.Question) (dnsmessage.RCode, []dnsmessage.Resource) {
+		name := strings.TrimSuffix(strings.ToLower(q.Name.String()), ".")
+		if !slices.Contains(upstreamNames, name) {
+			return dnsmessage.RCodeNameError, nil
+		}
+		if q.Type != dnsmessage.TypeA {
+			return 0, nil
+		}
+		return 0, []dnsmessage.Resource{{Header: dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 300}, Body: &dnsmessage.AResource{A: addr}}}
+	})
+	dir := t.TempDir()
+	hosts := filepath.Join(dir, "hosts")
+	require.NoError(t, os.WriteFile(hosts, []byte("127.0.0.1 localhost\n"), 0o644))
+	r, err := egress.NewSnapshotResolver(hosts, filepath.Join(dir, "resolv.conf"))
+	require.NoError(t, err)
+	u.resolver = r.WithServers(zone.Addr)
+	u.cidrs = []string{netip.PrefixFrom(host.Addr, 32).String()}
+	return u
 }
 
 // TestTrial_OwnTasks runs every task of testdata/tasks through Run — the
@@ -82,13 +104,17 @@ func startTaskUpstream(t *testing.T) (newTrial func()) {
 func TestTrial_OwnTasks(t *testing.T) {
 	sandboxtest.RequireRoot(t)
 	sandboxtest.SharedTests(t)
-	newTrial := startTaskUpstream(t)
+	up := startTaskUpstream(t)
 	ran := 0
 	eachAgent(t, tasksDir, func(t *testing.T, dir string, tk *task.Task, agent string, want expect) {
-		newTrial()
+		up.newTrial()
+		var cidrs []string
+		if needs, _ := tk.Metadata["sandboxd_needs"].([]any); slices.Contains(needs, any("upstream")) {
+			cidrs = up.cidrs
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		v, err := Run(ctx, Config{TaskDir: dir, Agent: agent, Resolver: upstreamNames, Log: slog.New(slog.DiscardHandler)})
+		v, err := Run(ctx, Config{TaskDir: dir, Agent: agent, Resolver: up.resolver, AllowCIDRs: cidrs, Log: slog.New(slog.DiscardHandler)})
 		require.NoError(t, err)
 		want.check(t, v)
 		ran++
@@ -257,7 +283,7 @@ func checkCollected(t *testing.T, v grade.Verdict, kept string) {
 func TestTrial_AllowAgentHostUnderNoNetwork(t *testing.T) {
 	sandboxtest.RequireRoot(t)
 	sandboxtest.SharedTests(t)
-	newTrial := startTaskUpstream(t)
+	up := startTaskUpstream(t)
 	dir := filepath.Join(harborTasksDir, "agent-host")
 	for _, tc := range []struct {
 		name   string
@@ -268,14 +294,14 @@ func TestTrial_AllowAgentHostUnderNoNetwork(t *testing.T) {
 		{"without it", nil, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			newTrial()
+			up.newTrial()
 			harness, err := os.MkdirTemp("/media", "sandboxd-trial-test-")
 			require.NoError(t, err)
 			defer os.RemoveAll(harness)
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			v, err := Run(ctx, Config{TaskDir: dir, Agent: "oracle", HarnessDir: harness, AgentHosts: tc.hosts,
-				Resolver: upstreamNames, Log: slog.New(slog.DiscardHandler)})
+				Resolver: up.resolver, AllowCIDRs: up.cidrs, Log: slog.New(slog.DiscardHandler)})
 			require.NoError(t, err)
 			require.Equal(t, grade.StatusGraded, v.Status, "%s\n%s", v.Message, v.StdoutTail)
 			assert.Equal(t, tc.reward, v.Reward["reward"], v.StdoutTail)
