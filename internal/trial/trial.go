@@ -114,7 +114,7 @@ func Run(ctx context.Context, tr Config) (v grade.Verdict, err error) {
 	}()
 
 	client := control.Client{HarnessDir: cfg.HarnessDir}
-	if v, ok, err := awaitHealthy(ctx, client, cfg.Task.Environment.Healthcheck != nil); err != nil || !ok {
+	if v, ok, err := awaitHealthy(ctx, client, cfg.Task.Environment.Healthcheck); err != nil || !ok {
 		return v, err
 	}
 	agent, remote, err := runAgent(ctx, client, cfg.Task, tr.Agent, tr.Stderr, log)
@@ -157,11 +157,17 @@ func keepCollected(v *grade.Verdict, dir, taskDir string, log *slog.Logger) {
 // awaitHealthy holds the agent back until the task's healthcheck has
 // passed, as Harbor does before its agent phase; ok is false, with the
 // verdict that says so, when it became unhealthy first. A task without a
-// healthcheck passes at once.
-func awaitHealthy(ctx context.Context, client control.Client, declared bool) (v grade.Verdict, ok bool, err error) {
-	if !declared {
+// healthcheck passes at once. A check that neither passes nor fails within
+// the longest its own settings allow (one the daemon cannot run at all) is
+// sandboxd's failure, not the task's.
+func awaitHealthy(ctx context.Context, client control.Client, hc *task.Healthcheck) (v grade.Verdict, ok bool, err error) {
+	if hc == nil {
 		return grade.Verdict{}, true, nil
 	}
+	bound := hc.StartPeriod + hc.StartInterval + time.Duration(hc.Retries+1)*(hc.Interval+hc.Timeout) + healthGrace
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
 	for {
 		var st daemon.Status
 		if err := client.Call(ctx, control.Request{Op: "status"}, &st); err != nil {
@@ -179,6 +185,9 @@ func awaitHealthy(ctx context.Context, client control.Client, declared bool) (v 
 		}
 		select {
 		case <-ctx.Done():
+			if parent.Err() == nil {
+				return grade.Verdict{}, false, fmt.Errorf("the task's healthcheck neither passed nor failed in %s, the longest its settings allow: the daemon could not run it (its log says why)", bound)
+			}
 			return grade.Verdict{}, false, ctx.Err()
 		case <-time.After(healthPoll):
 		}
@@ -188,6 +197,10 @@ func awaitHealthy(ctx context.Context, client control.Client, declared bool) (v 
 // healthPoll is how often trial asks whether the healthcheck has passed:
 // far below any interval_sec a task writes.
 const healthPoll = 100 * time.Millisecond
+
+// healthGrace is added to the longest a healthcheck can take by its own
+// settings, for the daemon's start and the visitors' own.
+const healthGrace = 30 * time.Second
 
 // runAgent plays the agent under agent.timeout_sec: the oracle feeds
 // solution/solve.sh to `bash -s` through a real SSH session, as the agent
