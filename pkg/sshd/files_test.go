@@ -116,49 +116,62 @@ func TestFilesInAndOutWithEveryClient(t *testing.T) {
 	want := randomFile(t, src, transferSize())
 	back := filepath.Join(fs.local, "back")
 	require.NoError(t, os.Mkdir(back, 0o755))
+	// asyncssh 2.10 loses the connection at the first rekey during a
+	// transfer, and x/crypto/ssh rekeys after 1 GiB each way (the README's
+	// known gaps): its share of a 1 GiB run is smaller, 256 MiB.
+	asyncSrc, asyncWant := src, want
+	if transferSize() > 256<<20 {
+		asyncSrc = filepath.Join(fs.local, "src-asyncssh.bin")
+		asyncWant = randomFile(t, asyncSrc, 256<<20)
+	}
 
 	for _, tc := range []struct {
 		name  string
 		moved []string // names in the workdir and in back
+		want  string   // their SHA-256, when not src's
 		run   func(t *testing.T)
 	}{
-		{"openssh-scp", []string{"scp.bin"}, func(t *testing.T) {
+		{"openssh-scp", []string{"scp.bin"}, "", func(t *testing.T) {
 			r := run(t, exec.Command("scp", append(fs.base(), src, "agent@127.0.0.1:scp.bin")...), "")
 			require.Equal(t, 0, r.code, "scp up: %s", r.stderr)
 			r = run(t, exec.Command("scp", append(fs.base(), "agent@127.0.0.1:scp.bin", back)...), "")
 			require.Equal(t, 0, r.code, "scp down: %s", r.stderr)
 		}},
-		{"openssh-scp-legacy", []string{"scp-legacy.bin"}, func(t *testing.T) {
+		{"openssh-scp-legacy", []string{"scp-legacy.bin"}, "", func(t *testing.T) {
 			r := run(t, exec.Command("scp", append(fs.base(), "-O", src, "agent@127.0.0.1:scp-legacy.bin")...), "")
 			require.Equal(t, 0, r.code, "scp -O up: %s", r.stderr)
 			r = run(t, exec.Command("scp", append(fs.base(), "-O", "agent@127.0.0.1:scp-legacy.bin", back)...), "")
 			require.Equal(t, 0, r.code, "scp -O down: %s", r.stderr)
 		}},
-		{"openssh-sftp", []string{"sftp.bin"}, func(t *testing.T) {
+		{"openssh-sftp", []string{"sftp.bin"}, "", func(t *testing.T) {
 			r := fs.sftpBatch(t, "put "+src+" sftp.bin", "get sftp.bin "+back+"/sftp.bin")
 			require.Equal(t, 0, r.code, r.stderr)
 		}},
-		{"paramiko", []string{"paramiko-sftp.bin", "paramiko-scp.bin"}, func(t *testing.T) {
+		{"paramiko", []string{"paramiko-sftp.bin", "paramiko-scp.bin"}, "", func(t *testing.T) {
 			py := python(t, "paramiko")
 			python(t, "scp")
 			r := run(t, exec.Command(py, "-W", "ignore", "../../testdata/ssh/files_paramiko.py", "127.0.0.1", fs.port, fs.agentKey, src, back), "")
 			pythonChecks(t, r, "sftp-put-get", "scp-put-get", "symlink-lstat-readlink", "escape-not-followed")
 		}},
-		{"asyncssh", []string{"asyncssh-sftp.bin", "asyncssh-scp.bin"}, func(t *testing.T) {
+		{"asyncssh", []string{"asyncssh-sftp.bin", "asyncssh-scp.bin"}, asyncWant, func(t *testing.T) {
 			py := python(t, "asyncssh")
 			tree := filepath.Join(fs.local, "empty-tree")
 			require.NoError(t, os.MkdirAll(tree, 0o755))
-			r := run(t, exec.Command(py, "-W", "ignore", "../../testdata/ssh/files_asyncssh.py", "127.0.0.1", fs.port, fs.agentKey, src, tree, back), "")
+			r := run(t, exec.Command(py, "-W", "ignore", "../../testdata/ssh/files_asyncssh.py", "127.0.0.1", fs.port, fs.agentKey, asyncSrc, tree, back), "")
 			pythonChecks(t, r, "sftp-put-get", "scp-put-get", "statvfs")
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.run(t)
+			sum := want
+			if tc.want != "" {
+				sum = tc.want
+			}
 			for _, name := range tc.moved {
 				in := filepath.Join(fs.workdir, name)
-				assert.Equal(t, want, sha(t, in), "%s in the sandbox", name)
+				assert.Equal(t, sum, sha(t, in), "%s in the sandbox", name)
 				assert.Equal(t, "1000:1000", owner(t, in), "%s is the agent user's", name)
-				assert.Equal(t, want, sha(t, filepath.Join(back, name)), "%s back out", name)
+				assert.Equal(t, sum, sha(t, filepath.Join(back, name)), "%s back out", name)
 			}
 		})
 	}
