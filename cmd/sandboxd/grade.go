@@ -25,9 +25,12 @@ func runGrade(ctx context.Context, args []string) int {
 	return printVerdict(v, *asJSON)
 }
 
-// printVerdict prints the verdict, without the line for people under
-// --json, and returns the exit code of its status.
-func printVerdict(v grade.Verdict, asJSON bool) int {
+// printVerdict prints the verdict (grade's, or trial's result that holds
+// one), without the line for people under --json, and returns the exit
+// code of its status.
+func printVerdict(v interface {
+	Print(stdout, stderr io.Writer) int
+}, asJSON bool) int {
 	var stderr io.Writer = os.Stderr
 	if asJSON {
 		stderr = io.Discard

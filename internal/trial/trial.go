@@ -8,6 +8,7 @@ package trial
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,9 +25,12 @@ import (
 	"github.com/sandboxd/sandboxd/internal/control"
 	"github.com/sandboxd/sandboxd/internal/daemon"
 	"github.com/sandboxd/sandboxd/internal/masks"
+	"github.com/sandboxd/sandboxd/internal/sessionenv"
 	"github.com/sandboxd/sandboxd/pkg/collect"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/grade"
+	"github.com/sandboxd/sandboxd/pkg/idmap"
+	"github.com/sandboxd/sandboxd/pkg/layer"
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
 
@@ -49,9 +53,36 @@ type Config struct {
 	Stderr               io.Writer // the agent's output, for the person watching
 }
 
-// Run runs the trial and returns the verdict. An error means sandboxd
+// Result is what a trial prints: the verdict, and which of Harbor's agent
+// tools the agent had. A trial installs nothing (it runs on the machine's
+// own root filesystem), unlike Harbor, whose installed agents add what is
+// missing before their phase, and unlike an adapted image: the tools say
+// what an oracle or nop baseline ran with, to compare it with Harbor's own.
+type Result struct {
+	grade.Verdict
+	// HarborTools is layer.HarborToolsHere on the agent's PATH, each tool
+	// present or missing; nil when the probe could not run (the log says why).
+	HarborTools []layer.ToolEntry `json:"harbor_tools,omitempty"`
+}
+
+// Print writes r as trial prints it: one JSON document on stdout, the
+// verdict's line for people on stderr. It returns the verdict's exit code.
+func (r Result) Print(stdout, stderr io.Writer) int {
+	b, _ := json.MarshalIndent(r, "", "  ")
+	fmt.Fprintf(stdout, "%s\n", b)
+	return r.Verdict.Print(io.Discard, stderr)
+}
+
+// Run runs the trial and returns its result. An error means sandboxd
 // itself failed; the agent's own failure is in the verdict.
-func Run(ctx context.Context, tr Config) (v grade.Verdict, err error) {
+func Run(ctx context.Context, tr Config) (Result, error) {
+	var r Result
+	v, err := run(ctx, tr, &r.HarborTools)
+	r.Verdict = v
+	return r, err
+}
+
+func run(ctx context.Context, tr Config, tools *[]layer.ToolEntry) (v grade.Verdict, err error) {
 	log := tr.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -88,6 +119,7 @@ func Run(ctx context.Context, tr Config) (v grade.Verdict, err error) {
 		return grade.Verdict{}, err
 	}
 	cfg.SSH.Listen = "127.0.0.1:0" // a task's own listen address is for containers
+	*tools = harborToolsHere(ctx, cfg, log)
 	// An image has its WORKDIR; on a bare machine the trial makes it, and
 	// removes it afterwards so that the next trial starts from nothing.
 	if _, err := os.Stat(cfg.Workdir); os.IsNotExist(err) {
@@ -152,6 +184,18 @@ func keepCollected(v *grade.Verdict, dir, taskDir string, log *slog.Logger) {
 		return
 	}
 	v.Collected.Dir = dir
+}
+
+// harborToolsHere probes for Harbor's agent tools on the PATH an agent
+// session gets (the image's ENV, then the agent phase's variables, as the
+// daemon makes it). Host mode shares the machine's root, so what the probe
+// finds is what the agent finds.
+func harborToolsHere(ctx context.Context, cfg config.Config, log *slog.Logger) []layer.ToolEntry {
+	tools, err := layer.HarborToolsHere(ctx, sessionenv.Make(cfg.ImageEnv, cfg.AgentEnv, idmap.User{}, nil))
+	if err != nil {
+		log.Warn("the result does not say which of Harbor's agent tools the agent had", "err", err)
+	}
+	return tools
 }
 
 // awaitHealthy holds the agent back until the task's healthcheck has

@@ -1,9 +1,12 @@
 package trial
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -25,6 +28,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/grade"
+	"github.com/sandboxd/sandboxd/pkg/layer"
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
 
@@ -116,7 +120,7 @@ func TestTrial_OwnTasks(t *testing.T) {
 		defer cancel()
 		v, err := Run(ctx, Config{TaskDir: dir, Agent: agent, Resolver: up.resolver, AllowCIDRs: cidrs, Log: slog.New(slog.DiscardHandler)})
 		require.NoError(t, err)
-		want.check(t, v)
+		want.check(t, v.Verdict)
 		ran++
 	})
 	assert.GreaterOrEqual(t, ran, 20, "every task ran its oracle and its nop")
@@ -153,10 +157,10 @@ func TestTrial_HarborTasks(t *testing.T) {
 		kept := filepath.Join(t.TempDir(), "artifacts")
 		v, err := Run(ctx, Config{TaskDir: dir, Agent: agent, ArtifactsDir: kept, Log: slog.New(slog.DiscardHandler)})
 		require.NoError(t, err)
-		want.check(t, v)
+		want.check(t, v.Verdict)
 		ran++
 		if tk.Name == "collect" && agent == "oracle" {
-			checkCollected(t, v, kept)
+			checkCollected(t, v.Verdict, kept)
 		}
 		if v.Status == grade.StatusUnhealthy {
 			assert.Nil(t, v.Agent, "no agent runs before the healthcheck passes")
@@ -346,4 +350,47 @@ func TestTrial_RecordsMarkTheAgentsSession(t *testing.T) {
 	assert.Equal(t, *v.Agent, *mark.Agent)
 	assert.Equal(t, session.Remote, mark.Remote, "the mark names the agent's session")
 	assert.Equal(t, 3, session.Exit)
+}
+
+// The result says which of Harbor's agent tools the agent had, probed on
+// the PATH its sessions get (the task's, here a directory of the test's
+// own): the same programs the agent's own shell finds, and nothing of the
+// daemon's PATH. The JSON trial prints carries them beside the verdict.
+func TestTrial_HarborToolsOnTheAgentsPath(t *testing.T) {
+	sandboxtest.RequireRoot(t)
+	sandboxtest.SharedTests(t)
+	bin := t.TempDir()
+	for _, name := range []string{"python3", "git"} {
+		require.NoError(t, os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\necho "+name+"\n"), 0o755))
+	}
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"task.toml":      "[environment]\nworkdir = \"/tmp/sandboxd-tasks/harbor-tools\"\nnetwork_mode = \"no-network\"\n[environment.env]\nPATH = \"" + bin + "\"\n",
+		"instruction.md": "nothing",
+		"tests/test.sh":  "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+	} {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var seen bytes.Buffer
+	r, err := Run(ctx, Config{TaskDir: dir, Agent: "command -v python3 pip3 pip git curl", Stderr: &seen, Log: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	require.Equal(t, grade.StatusGraded, r.Status, r.Message)
+	assert.Equal(t, []layer.ToolEntry{
+		{Tool: "python3", Status: layer.ToolPresent, Path: filepath.Join(bin, "python3")},
+		{Tool: "pip", Status: layer.ToolMissing},
+		{Tool: "git", Status: layer.ToolPresent, Path: filepath.Join(bin, "git")},
+		{Tool: "curl", Status: layer.ToolMissing},
+	}, r.HarborTools)
+	assert.Equal(t, filepath.Join(bin, "python3")+"\n"+filepath.Join(bin, "git")+"\n", seen.String(), "what the agent's own shell finds")
+
+	var out bytes.Buffer
+	assert.Equal(t, 0, r.Print(&out, io.Discard))
+	var doc map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(out.Bytes(), &doc), out.String())
+	assert.JSONEq(t, `"graded"`, string(doc["status"]), "the verdict's fields stay at the top")
+	assert.JSONEq(t, `[{"tool":"python3","status":"present","path":"`+filepath.Join(bin, "python3")+`"},{"tool":"pip","status":"missing"},`+
+		`{"tool":"git","status":"present","path":"`+filepath.Join(bin, "git")+`"},{"tool":"curl","status":"missing"}]`, string(doc["harbor_tools"]))
 }
