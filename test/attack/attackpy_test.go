@@ -98,6 +98,17 @@ elif op == "bind":                   # bind HOST PORT: take a port, sharing it i
         lost("%s:%d %s" % (host, port, e))
     won("listening on %s:%d" % (host, port))
 
+elif op == "bindudp":                # bindudp HOST PORT: take a UDP port, sharing it if it can, and read what arrives
+    host, port = args[0], int(args[1])
+    s = socket.socket(family(host), socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        s.bind((host, port))
+    except OSError as e:
+        lost("%s:%d/udp %s" % (host, port, e))
+    won("bound %s:%d/udp" % (host, port))
+
 elif op == "proxy":                  # proxy PORT METHOD TARGET [HEADER...]: one request to a proxy inside
     port, method, target = int(args[0]), args[1], args[2]
     s = socket.create_connection(("127.0.0.1", port), 5); s.settimeout(10)

@@ -71,6 +71,8 @@ func networkAttempts(n *network) []attempt {
 		{name: "TCP straight to the transparent listener", sh: `{PY} tcp 127.0.0.1 3130`},
 		{name: "squat on the resolver's port", sh: `{PY} bind 127.0.0.53 53`},
 		{name: "squat on the resolver's port on every address", sh: `{PY} bind 0.0.0.0 53`},
+		{name: "squat on the resolver's UDP port", sh: `{PY} bindudp 127.0.0.53 53`},
+		{name: "squat on the resolver's UDP port on every address", sh: `{PY} bindudp 0.0.0.0 53`},
 		{name: "delete the default route", sh: `ip route del default`},
 		{name: "replace the default route", sh: `ip route replace default dev lo`},
 		{name: "add a route of one's own", sh: `ip route add 10.213.77.0/24 dev lo`},
