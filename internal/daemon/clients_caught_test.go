@@ -87,7 +87,7 @@ type clientCase struct {
 
 // clientsUnder runs each case as root and as uid 1000 in a sandbox under
 // policy; no proxy variable is set.
-func clientsUnder(t *testing.T, n *testNet, network config.Network, cases []clientCase) {
+func clientsUnder(t *testing.T, n *testNet, network config.Network, cases []clientCase) *served {
 	s := serveForTest(t, config.Config{Network: network, Resolver: n.resolver})
 	r := s.sh(t, "env | grep -ci _proxy; grep nameserver /etc/resolv.conf")
 	require.Equal(t, "0\nnameserver 127.0.0.53\n", r.stdout, "no proxy variable; the sandbox's resolver")
@@ -100,6 +100,7 @@ func clientsUnder(t *testing.T, n *testNet, network config.Network, cases []clie
 			})
 		}
 	}
+	return s
 }
 
 // pyConnect prints what a Python socket.create_connection to host:port
@@ -134,7 +135,7 @@ func TestCaughtClientsUnderPublic(t *testing.T) {
 	requireTool(t, "java")
 	requireTool(t, "redis-cli")
 	n := startTestNet(t)
-	clientsUnder(t, n, config.Network{
+	s := clientsUnder(t, n, config.Network{
 		Agent: egress.Policy{Mode: egress.Public, AllowCIDRs: []netip.Prefix{netip.MustParsePrefix(n.cidr)}},
 	}, []clientCase{
 		{"getent hosts", "getent hosts allowed.test | cut -d' ' -f1", n.allowed.Addr.String() + "\n"},
@@ -153,6 +154,11 @@ try:
     s.sendto(b"x", ("{ALLOWED}", 9)); print("sent")
 except OSError as e: print(type(e).__name__)'`, "PermissionError\n"},
 	})
+	// The rejected datagrams are in the audit log, with where they went.
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(filepath.Join(s.harness, "audit", "egress.log"))
+		return strings.Contains(string(b), `"method":"UDP"`) && strings.Contains(string(b), `"addr":"`+n.allowed.Addr.String()+`:9"`)
+	}, 5*time.Second, 20*time.Millisecond, "no audit record of the rejected datagram")
 }
 
 func TestCaughtClientsUnderAllowlist(t *testing.T) {

@@ -355,7 +355,7 @@ func (d *Daemon) serve(ctx context.Context) (err error) {
 		Catch:         d.catchRules,
 		AddAnswered:   d.addAnswered,
 		ListenPacket:  d.target.ListenPacket,
-		SockDiag:      d.target.SockDiag,
+		Netlink:       d.target.Netlink,
 		AllowDegraded: d.cfg.AllowDegraded,
 		Log:           d.log,
 	}); err != nil {

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sandboxd/sandboxd/pkg/netrules"
@@ -324,4 +326,38 @@ func clientAddr(a net.Addr) netip.AddrPort {
 		return ta.AddrPort()
 	}
 	return netip.AddrPort{}
+}
+
+// rejectLogGroup is the nflog group of the rules' rejected packets.
+const rejectLogGroup = 1
+
+// auditLimit bounds the audit records of rejected packets to 100 a
+// second: a flood of datagrams must not turn into a flood of writes.
+type auditLimit struct {
+	mu     sync.Mutex
+	second int64
+	n      int
+}
+
+func (l *auditLimit) allow(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s := now.Unix(); s != l.second {
+		l.second, l.n = s, 0
+	}
+	l.n++
+	return l.n <= 100
+}
+
+// protoName names an IP protocol for the audit.
+func protoName(p uint8) string {
+	switch p {
+	case syscall.IPPROTO_UDP:
+		return "UDP"
+	case syscall.IPPROTO_ICMP:
+		return "ICMP"
+	case syscall.IPPROTO_SCTP:
+		return "SCTP"
+	}
+	return fmt.Sprintf("IP protocol %d", p)
 }

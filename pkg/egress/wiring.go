@@ -259,11 +259,13 @@ type StartConfig struct {
 	// namespace (join.Target.ListenPacket), for the resolver; nil: the
 	// sandbox has no resolver of its own.
 	ListenPacket func(ctx context.Context, addrs []netip.AddrPort) ([]net.PacketConn, []error, error)
-	// SockDiag opens a sock_diag socket inside the sandbox's network
-	// namespace (join.Target.SockDiag), by which a visit's caught
-	// connections are told from the agent's; nil: every caught connection
-	// is judged by the agent's policy.
-	SockDiag func(ctx context.Context) (*os.File, error)
+	// Netlink opens a netlink socket of a protocol inside the sandbox's
+	// network namespace (join.Target.Netlink): sock_diag, by which a
+	// visit's connections and queries are told from the agent's, and the
+	// rules' log of rejected packets, for the audit. nil: every caught
+	// connection is judged by the agent's policy, and rejected packets are
+	// not audited.
+	Netlink func(ctx context.Context, proto int) (*os.File, error)
 	// AllowDegraded lets Start go on when the rules cannot be installed:
 	// the explicit proxy alone then, with its variables, and Degraded says
 	// why. Otherwise such a start fails.
@@ -361,10 +363,10 @@ func (w *Wiring) Start(ctx context.Context, c StartConfig) error {
 		dnsUDP = pcs[0]
 		cu.Add(func() { dnsUDP.Close() })
 	}
-	if (catching || resolving) && c.SockDiag != nil {
+	if (catching || resolving) && c.Netlink != nil {
 		// A visit's connections and queries are told from the agent's
 		// through this socket (attribute.go).
-		if f, err := c.SockDiag(ctx); err != nil {
+		if f, err := c.Netlink(ctx, unix.NETLINK_SOCK_DIAG); err != nil {
 			log.Warn("caught connections cannot be attributed to visits: the verifier's are judged by the agent's policy", "err", err)
 		} else {
 			tv := unix.Timeval{Sec: 1}
@@ -375,6 +377,7 @@ func (w *Wiring) Start(ctx context.Context, c StartConfig) error {
 	}
 	w.answers = NewAnswers(0)
 	var catchLn net.Listener
+	var rejectLog *os.File
 	if catching {
 		catchLn = lns[catchSlot]
 		own, _ := LocalAddrs()
@@ -383,6 +386,15 @@ func (w *Wiring) Start(ctx context.Context, c StartConfig) error {
 			plan.DNS = ResolverAddr
 		}
 		plan.Answered = c.AddAnswered != nil && w.net.Agent.Mode != Public && w.net.Verifier.Mode != Public
+		if c.Netlink != nil {
+			if f, err := c.Netlink(ctx, unix.NETLINK_NETFILTER); err != nil {
+				log.Warn("rejected packets cannot be audited", "err", err)
+			} else {
+				rejectLog = f
+				cu.Add(func() { f.Close() })
+				plan.LogGroup = rejectLogGroup
+			}
+		}
 		err := c.Catch(ctx, plan)
 		if err != nil && !c.AllowDegraded {
 			return fmt.Errorf("%w: serve refuses to give the sandbox a network it does not judge; run it where nf_tables works in a user namespace (docs/container-flags.md), or pass --allow-degraded for the explicit proxy alone", err)
@@ -392,6 +404,10 @@ func (w *Wiring) Start(ctx context.Context, c StartConfig) error {
 			log.Warn("sandbox degraded", "why", w.degraded)
 			catchLn.Close()
 			catchLn = nil
+			if rejectLog != nil {
+				rejectLog.Close()
+				rejectLog = nil
+			}
 		} else if plan.Answered {
 			ar := &answeredRules{pols: []Policy{w.net.Agent, w.net.Verifier}, add: c.AddAnswered, ctx: ctx, log: log, sent: map[netip.Addr]bool{}}
 			w.answers.recorded = ar.recorded
@@ -428,6 +444,17 @@ func (w *Wiring) Start(ctx context.Context, c StartConfig) error {
 		k.Proxy.Policy = w.net.Agent
 		k.Proxy.Label = "agent"
 		serve("transparent listener", func() error { return k.Serve(ctx, catchLn) })
+	}
+	if catchLn != nil && rejectLog != nil {
+		limit := &auditLimit{}
+		serve("rejected-packet log", func() error {
+			return netrules.ReadRejected(ctx, rejectLog, rejectLogGroup, func(r netrules.Rejected) {
+				if limit.allow(time.Now()) {
+					audit.record(event{kind: "decision", label: "caught", client: r.Src.String(), method: protoName(r.Proto),
+						addr: r.Dst, port: r.Dst.Port(), verdict: "deny", reason: "rejected: only TCP and DNS leave the sandbox"})
+				}
+			})
+		})
 	}
 	if resolving {
 		dns := w.resolverServer(resolver, audit, log, w.attr.queryPolicy)

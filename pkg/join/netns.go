@@ -86,12 +86,21 @@ func netnsSockets[T any](ctx context.Context, t Target, verb string, addrs []net
 // connection), for the socket's life. Reading TCP sockets takes no
 // capability.
 func (t Target) SockDiag(ctx context.Context) (*os.File, error) {
-	files, perAddr, err := t.netnsCall(ctx, []string{"diag", "0.0.0.0:0"}, 1)
+	return t.Netlink(ctx, unix.NETLINK_SOCK_DIAG)
+}
+
+// Netlink opens a netlink socket of protocol proto inside the sandbox's
+// network namespace. Its opener is the joined helper, which holds
+// CAP_NET_ADMIN there; the daemon, the owner of the sandbox's user
+// namespace, may then use it for what takes that capability (the rules'
+// log).
+func (t Target) Netlink(ctx context.Context, proto int) (*os.File, error) {
+	files, perAddr, err := t.netnsCall(ctx, []string{"netlink", fmt.Sprintf("0.0.0.0:%d", proto)}, 1)
 	if err != nil {
 		return nil, err
 	}
 	if perAddr[0] != "" {
-		return nil, fmt.Errorf("sock_diag socket inside the sandbox: %s", perAddr[0])
+		return nil, fmt.Errorf("netlink socket inside the sandbox: %s", perAddr[0])
 	}
 	return files[0], nil
 }
@@ -165,7 +174,7 @@ func (t Target) netnsCall(ctx context.Context, args []string, n int) ([]*os.File
 func netnsChild(args []string) int {
 	conn := 4
 	if len(args) < 2 {
-		fmt.Fprintln(os.Stderr, "netns: usage: listen|udp|dial|diag ADDR...")
+		fmt.Fprintln(os.Stderr, "netns: usage: listen|udp|dial|netlink ADDR...")
 		return 2
 	}
 	verb, addrs := args[0], args[1:]
@@ -197,8 +206,8 @@ func netnsChild(args []string) int {
 }
 
 func sandboxSocket(verb string, ap netip.AddrPort) (int, error) {
-	if verb == "diag" { // the address is a placeholder
-		return unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	if verb == "netlink" { // the port is the protocol
+		return unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(ap.Port()))
 	}
 	family := unix.AF_INET
 	if ap.Addr().Is6() && !ap.Addr().Is4In6() {

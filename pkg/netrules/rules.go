@@ -46,6 +46,9 @@ type Plan struct {
 	// phase reaches only addresses answered for an allowed name. The
 	// daemon adds to it (AddAnswered) before the answer leaves.
 	Answered bool
+	// LogGroup, if not 0, is the nflog group every rejected packet that
+	// is not TCP goes to first, for the audit (ReadRejected).
+	LogGroup uint16
 }
 
 // AnsweredSet is the set of addresses answered for allowed names.
@@ -121,6 +124,9 @@ func Install(p Plan) error {
 			return &Error{Step: "answered-address set", Err: err}
 		}
 		add(guard, slices.Concat(protoIs(unix.IPPROTO_TCP), ctNew(), daddrNotInSet(answered), rejectReset())...)
+	}
+	if p.LogGroup != 0 {
+		add(guard, slices.Concat(protoNot(unix.IPPROTO_TCP), []expr.Any{&expr.Log{Key: 1<<unix.NFTA_LOG_GROUP | 1<<unix.NFTA_LOG_SNAPLEN, Group: p.LogGroup, Snaplen: 64}})...)
 	}
 	add(guard, slices.Concat(protoNot(unix.IPPROTO_TCP), rejectUnreachable())...)
 

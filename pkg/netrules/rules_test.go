@@ -12,6 +12,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
@@ -207,5 +208,38 @@ func BenchmarkAddAnswered(b *testing.B) {
 		if err := netrules.AddAnswered(ctx, sb.Target, []netip.Addr{a}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// Every rejected packet that is not TCP is logged to the plan's nflog
+// group, which the daemon reads for the audit through a socket the joined
+// helper opened inside.
+func TestRejectedPacketsAreLogged(t *testing.T) {
+	sb, _ := sandboxWithRules(t, netrules.Plan{LogGroup: 7})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f, err := sb.Target.Netlink(ctx, unix.NETLINK_NETFILTER)
+	require.NoError(t, err)
+	got := make(chan netrules.Rejected, 16)
+	errc := make(chan error, 1)
+	go func() { errc <- netrules.ReadRejected(ctx, f, 7, func(r netrules.Rejected) { got <- r }) }()
+	select {
+	case err := <-errc:
+		t.Fatalf("reading the log: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	r := sb.Sh(t, "1000", `python3 -c '
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try: s.sendto(b"x", ("10.213.78.2", 9999))
+except OSError as e: print(type(e).__name__)'`)
+	assert.Equal(t, "PermissionError\n", r.Stdout, r.Stderr)
+	select {
+	case rej := <-got:
+		assert.Equal(t, uint8(unix.IPPROTO_UDP), rej.Proto)
+		assert.Equal(t, "10.213.78.2:9999", rej.Dst.String())
+		assert.Equal(t, "127.0.0.1", rej.Src.Addr().String())
+	case <-time.After(5 * time.Second):
+		t.Fatal("the rejected datagram was not logged")
 	}
 }
