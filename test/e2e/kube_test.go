@@ -324,8 +324,7 @@ func TestHostUsersFalseEmulated(t *testing.T) {
 	require.NoError(t, os.Chmod(filepath.Join(dir, "out"), 0o777))
 	probe := filepath.Join(dir, "out", "made-by-the-agent")
 
-	ln := fmt.Sprintf("127.0.0.1:%d", 30000+os.Getpid()%20000)
-	cmd := exec.Command(bin, "serve", "--host", "--harness-dir", harness, "--listen", ln, "--authorized-keys", keys)
+	cmd := exec.Command(bin, "serve", "--host", "--harness-dir", harness, "--listen", "127.0.0.1:0", "--authorized-keys", keys)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:                 syscall.CLONE_NEWUSER,
 		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: size}},
@@ -340,15 +339,36 @@ func TestHostUsersFalseEmulated(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = lf, lf
 	start := time.Now()
 	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
+		// serve stops in a user namespace too (a reader of the sandbox's
+		// netlink once kept it from ever returning there).
 		exec.Command(e.bin, "stop", "--harness-dir", harness).Run()
-		cmd.Wait()
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+			log, _ := os.ReadFile(logs)
+			t.Errorf("serve in the user namespace did not stop within 30 s of sandboxd stop; its log:\n%s", log)
+		}
 	})
 	var status []byte
-	require.Eventually(t, func() bool {
-		status, err = exec.Command(e.bin, "status", "--harness-dir", harness).Output()
-		return err == nil
-	}, 60*time.Second, 20*time.Millisecond, "serve in the user namespace never answered; its log: %s", func() string { b, _ := os.ReadFile(logs); return string(b) }())
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if status, err = exec.Command(e.bin, "status", "--harness-dir", harness).Output(); err == nil {
+			break
+		}
+		log, _ := os.ReadFile(logs)
+		select {
+		case err := <-exited:
+			t.Fatalf("serve in the user namespace exited (%v); its log:\n%s", err, log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve in the user namespace never answered; its log:\n%s", log)
+		}
+	}
 	figure("hostUsers: false emulated: serve --host in a user namespace of %d ids ready in %.2fs", size, time.Since(start).Seconds())
 	var st struct {
 		Sandbox struct {
@@ -357,6 +377,9 @@ func TestHostUsersFalseEmulated(t *testing.T) {
 			GIDMap string `json:"gid_map"`
 		} `json:"sandbox"`
 		Degradations []string `json:"degradations"`
+		SSH          struct {
+			Listen string `json:"listen"`
+		} `json:"ssh"`
 	}
 	require.NoError(t, json.Unmarshal(status, &st), "%s", status)
 	assert.Equal(t, "identity", st.Sandbox.IDMap, "every id of the namespace, each for itself: no degradation")
@@ -364,7 +387,7 @@ func TestHostUsersFalseEmulated(t *testing.T) {
 	assert.Equal(t, "0 0 65536", st.Sandbox.GIDMap)
 	assert.Empty(t, st.Degradations)
 
-	_, port, _ := strings.Cut(ln, ":")
+	_, port, _ := strings.Cut(st.SSH.Listen, "127.0.0.1:")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "ssh", "-i", e.privKey, "-p", port, "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
