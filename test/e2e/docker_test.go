@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/pkg/collect"
 )
 
 // docker runs the docker CLI and returns stdout; a failure fails the test
@@ -134,6 +136,8 @@ type verdict struct {
 	Reward  json.RawMessage `json:"reward"`
 	Message string          `json:"message"`
 	Stdout  string          `json:"stdout_tail"`
+	// Collected is what followed the grading: hooks and artifacts.
+	Collected *collect.Result `json:"collected"`
 }
 
 // reward is the "reward" metric, whether the verdict holds one number or a

@@ -18,7 +18,7 @@ func main() {
 	addr := flag.String("listen", "127.0.0.7:18080", "address to serve on")
 	dir := flag.String("dir", ".", "directory whose files are served")
 	flag.Parse()
-	b := make([]byte, 16)
+	b := make([]byte, 12) // 24 hex digits, the token testdata/tasks/trial/agent-host checks for
 	if _, err := rand.Read(b); err != nil {
 		log.Fatal(err)
 	}
