@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
@@ -142,4 +145,45 @@ if os.fork() == 0:
 	require.Equal(t, 0, r.exit.Code, r.stderr)
 	assert.Equal(t, "sandbox\n", r.stdout)
 	assert.Zero(t, hits.Load(), "the substrate's listener on its own address was reached")
+}
+
+// The verifier's queries are attributed to it as its connections are: under
+// a no-network agent, an allowlist verifier resolves its allowed name and
+// reaches it, with no proxy, while the agent's resolver refuses the same
+// name (docs/failures.md#the-verifier-keeps-its-own-policy).
+func TestVerifierResolvesAndReachesUnderItsOwnAllowlist(t *testing.T) {
+	requireTool(t, "python3")
+	n := startTestNet(t)
+	dir := taskDir(t, "[agent]\nnetwork_mode = \"no-network\"\n[verifier]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"served.test\"]\n",
+		`python3 -c '
+import socket
+try:
+    s = socket.create_connection(("served.test", 80), timeout=5); s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    print("verifier got", s.recv(100).decode().split("\r\n")[-1].strip()); r = 1
+except OSError as e:
+    print("verifier refused", type(e).__name__); r = 0
+open("/logs/verifier/reward.txt", "w").write(str(r))'
+`)
+	// The name comes from a name server, not the hosts file, which every
+	// policy answers: the query's policy is what decides.
+	addr := n.allowed.Addr.As4()
+	zone := sandboxtest.StartDNSZone(t, func(q dnsmessage.Question) (dnsmessage.RCode, []dnsmessage.Resource) {
+		if !strings.EqualFold(q.Name.String(), "served.test.") {
+			return dnsmessage.RCodeNameError, nil
+		}
+		if q.Type != dnsmessage.TypeA {
+			return 0, nil
+		}
+		return 0, []dnsmessage.Resource{{Header: dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 60}, Body: &dnsmessage.AResource{A: addr}}}
+	})
+	hosts := filepath.Join(t.TempDir(), "hosts")
+	require.NoError(t, os.WriteFile(hosts, []byte("127.0.0.1 localhost\n"), 0o644))
+	res, err := egress.NewSnapshotResolver(hosts, filepath.Join(filepath.Dir(hosts), "resolv.conf"))
+	require.NoError(t, err)
+	s := serveTask(t, dir, config.Config{Resolver: res.WithServers(zone.Addr)}, n.cidr)
+	r := s.sh(t, "getent hosts served.test || echo agent: exit $?")
+	assert.Equal(t, "agent: exit 2\n", r.stdout, "the no-network agent's query is refused: %s", r.stderr)
+	v := gradeNow(t, s)
+	require.Equal(t, grade.StatusGraded, v.Status, v.Message+v.StdoutTail)
+	assert.Equal(t, map[string]float64{"reward": 1}, v.Reward, v.StdoutTail)
 }
