@@ -73,6 +73,12 @@ type stdio struct {
 // writes keeps an upload below OpenSSH's server (test/bench, sftp); and
 // with limits@openssh.com (filter.go), reads answer up to maxIO bytes.
 func serveSFTP(in io.Reader, out io.WriteCloser) int {
+	// Bigger pipes (as far as an unprivileged process may: pipe-max-size)
+	// let the daemon's relay run ahead by a few 255 KiB requests instead of
+	// waking us every 64 KiB; anything else than a pipe refuses, harmlessly.
+	for _, fd := range []int{0, 1} {
+		unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, 1<<20)
+	}
 	replies := newReplies(out)
 	requests := &requests{r: bufio.NewReaderSize(in, 64<<10), out: replies}
 	srv, err := sftp.NewServer(stdio{requests, replies}, sftp.WithAllocator(), sftp.WithMaxTxPacket(maxIO))
