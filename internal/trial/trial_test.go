@@ -374,7 +374,7 @@ func TestTrial_HarborToolsOnTheAgentsPath(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var seen bytes.Buffer
+	var seen sandboxtest.Buffer // both streams, from two goroutines
 	r, err := Run(ctx, Config{TaskDir: dir, Agent: "command -v python3 pip3 pip git curl", Stderr: &seen, Log: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	require.Equal(t, grade.StatusGraded, r.Status, r.Message)
