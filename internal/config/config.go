@@ -50,6 +50,9 @@ type Config struct {
 	// Resolver resolves the names the proxies are asked for; nil is the
 	// system's. Tests give a fake one.
 	Resolver egress.Resolver
+	// Upstream is the substrate's own proxy, from the environment serve
+	// started in (HTTPS_PROXY, HTTP_PROXY, NO_PROXY); nil: none.
+	Upstream *egress.Upstream
 	Log      *slog.Logger
 	// OnReady, when set, is called once everything serves (the control
 	// socket, the SSH door, the network): trial waits for it.

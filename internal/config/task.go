@@ -183,10 +183,18 @@ func gpuDevices() []string {
 // settings cfg.Settings says were given (--network, --allow-host, --peer)
 // make the agent's policy and the peers; with one, they must restate the
 // task's (WithTask). lookup fills the task's ${VAR:-default} values from
-// the daemon's environment.
+// the daemon's environment, and the substrate's own upstream proxy comes from
+// its HTTPS_PROXY, HTTP_PROXY and NO_PROXY.
 func Configure(cfg Config, taskSel string, allowCIDRs []string, lookup func(string) (string, bool)) (Config, error) {
 	if cfg.HarnessDir == "" {
 		cfg.HarnessDir = DefaultHarnessDir
+	}
+	if cfg.Upstream == nil {
+		up, err := egress.UpstreamFromEnv(func(name string) string { v, _ := lookup(name); return v })
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Upstream = up
 	}
 	var cidrs []netip.Prefix
 	for _, c := range allowCIDRs {

@@ -141,6 +141,9 @@ type netStatus struct {
 	// RuntimeHosts are the hosts the harness added at run time, apart
 	// from the task's own policy.
 	RuntimeHosts *config.RuntimeHosts `json:"runtime_hosts,omitempty"`
+	// UpstreamProxy is the substrate's own proxy, when the egress goes
+	// through one.
+	UpstreamProxy *egress.UpstreamStatus `json:"upstream_proxy,omitempty"`
 }
 
 type userStatus struct {
@@ -352,6 +355,7 @@ func (d *Daemon) serve(ctx context.Context) (err error) {
 		AuditDir:      d.harnessPath("audit"),
 		Resolver:      d.cfg.Resolver,
 		ResolveWait:   peerResolveWait,
+		Upstream:      d.cfg.Upstream,
 		Catch:         d.catchRules,
 		AddAnswered:   d.addAnswered,
 		ListenPacket:  d.target.ListenPacket,
@@ -497,6 +501,7 @@ func (d *Daemon) Status() Status {
 	if d.cfg.RuntimeHosts.Any() {
 		ns.RuntimeHosts = &d.cfg.RuntimeHosts
 	}
+	ns.UpstreamProxy = d.cfg.Upstream.Describe()
 	sort.Slice(sessions, func(i, j int) bool { return sessions[i].ID < sessions[j].ID })
 	deg := append(append([]string{}, d.holder.Degradations...), d.warnings...)
 	if why := d.net.Degraded(); why != "" {

@@ -96,8 +96,8 @@ func (k *Catcher) serveConn(ctx context.Context, s *Proxy, c net.Conn, t *ticket
 		return
 	}
 	var early []byte
+	var name string
 	if g.Policy.Mode == Allowlist {
-		var name string
 		var perr error
 		early, name, perr = peekName(c, cmp.Or(k.PeekTimeout, DefaultPeekTimeout))
 		rerr := k.judgeName(g.Policy, name, dst)
@@ -116,7 +116,7 @@ func (k *Catcher) serveConn(ctx context.Context, s *Proxy, c net.Conn, t *ticket
 	defer release()
 	t.granted()
 	dctx, cancel := context.WithTimeout(ctx, s.DialTimeout)
-	up, err := s.Dial(dctx, "tcp", dst.String())
+	up, err := k.dial(dctx, s, g.Policy, cmp.Or(name, firstAllowed(g.Policy, names)), dst)
 	cancel()
 	if err != nil {
 		e.verdict, e.reason = "error", "connect-failed: "+err.Error()
@@ -140,6 +140,28 @@ func (k *Catcher) serveConn(ctx context.Context, s *Proxy, c net.Conn, t *ticket
 	ab, ba := relay(rctx, c, up, s.IdleTimeout)
 	s.Audit.record(event{kind: "close", label: e.label, client: e.client, method: "TCP", host: e.host, port: dst.Port(),
 		addr: dst, status: 200, up: int64(len(early)) + ab, down: ba, elapsed: time.Since(start)})
+}
+
+// dial reaches the caught connection's destination: through the upstream
+// proxy as CONNECT name:port where one applies to the name it is known
+// by, else the checked address itself.
+func (k *Catcher) dial(ctx context.Context, s *Proxy, pol Policy, name string, dst netip.AddrPort) (net.Conn, error) {
+	if name != "" {
+		if via := s.Upstream.For(name, dst.Port()); via != nil {
+			return s.Upstream.Connect(ctx, s.Dial, via, name, dst.Port())
+		}
+	}
+	return s.Dial(ctx, "tcp", dst.String())
+}
+
+// firstAllowed is the first of names that pol allows, or "".
+func firstAllowed(pol Policy, names []string) string {
+	for _, n := range names {
+		if pol.AllowsHost(n) {
+			return n
+		}
+	}
+	return ""
 }
 
 // judge decides by address: the names it knows the address by, and the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"time"
 
 	"github.com/sandboxd/sandboxd/pkg/egress/internal/http1"
@@ -30,6 +31,9 @@ func (s *Proxy) connect(ctx context.Context, pol Policy, host string, port uint1
 	if !pol.AllowsHost(host) {
 		return nil, netip.AddrPort{}, &refusal{status: 403, tag: "blocked-by-allowlist",
 			msg: fmt.Sprintf("%s is not on this sandbox's allowlist", host), err: fmt.Errorf("connect %s: %w", host, ErrBlockedHost)}
+	}
+	if via := s.Upstream.For(host, port); via != nil {
+		return s.connectVia(ctx, pol, via, host, port)
 	}
 	addrs, err := s.resolve(ctx, host)
 	if err != nil {
@@ -64,6 +68,27 @@ func (s *Proxy) connect(ctx context.Context, pol Policy, host string, port uint1
 	}
 	return nil, netip.AddrPort{}, &refusal{status: 502, tag: "connect-failed",
 		msg: fmt.Sprintf("cannot connect to %s port %d", host, port), err: fmt.Errorf("dial %s: %w", host, last)}
+}
+
+// connectVia reaches host:port through the upstream proxy via, after the
+// policy allowed host. An address literal is still guarded, since its
+// address is known; a name is resolved by the upstream proxy, out of the
+// guard's sight (Upstream). The address returned is the proxy's.
+func (s *Proxy) connectVia(ctx context.Context, pol Policy, via *url.URL, host string, port uint16) (net.Conn, netip.AddrPort, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		if err := s.checkAddr(pol, a); err != nil {
+			return nil, netip.AddrPort{}, &refusal{status: 403, tag: "blocked-by-address", msg: fmt.Sprintf("%s is not reachable from the sandbox", host), err: err}
+		}
+	}
+	dctx, cancel := context.WithTimeout(ctx, s.DialTimeout)
+	defer cancel()
+	conn, err := s.Upstream.Connect(dctx, s.Dial, via, host, port)
+	if err != nil {
+		return nil, netip.AddrPort{}, &refusal{status: 502, tag: "upstream-proxy-failed",
+			msg: fmt.Sprintf("the upstream proxy did not connect %s port %d", host, port), err: err}
+	}
+	ap, _ := netip.ParseAddrPort(conn.RemoteAddr().String())
+	return conn, ap, nil
 }
 
 // resolve returns host's addresses; an IP literal is its own answer.

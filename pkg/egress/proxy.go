@@ -46,7 +46,10 @@ type Proxy struct {
 	Own      []netip.Addr
 	Resolver Resolver // nil: net.DefaultResolver
 	Dial     DialFunc // nil: a net.Dialer
-	Audit    *Audit   // nil: no audit records
+	// Upstream, if set, is the substrate's own proxy: names it applies to
+	// are reached through it with CONNECT, after the policy, not dialled.
+	Upstream *Upstream
+	Audit    *Audit // nil: no audit records
 	Log      *slog.Logger
 	Label    string // names this proxy in audit records and logs ("agent", "verifier")
 	// MaxConns bounds concurrent client connections, tunnels included;

@@ -245,6 +245,9 @@ type StartConfig struct {
 	// ResolveWait bounds the wait for the peers' targets to resolve: a
 	// compose service may join the network a moment after this container.
 	ResolveWait time.Duration
+	// Upstream is the substrate's own proxy (UpstreamFromEnv); nil: names
+	// are dialled directly.
+	Upstream *Upstream
 	// Catch installs the rules that send every outbound TCP connection to
 	// the transparent listener (netrules.Apply on the sandbox). nil: no
 	// connection is caught, and no listener is made for them.
@@ -308,7 +311,7 @@ func (w *Wiring) Start(ctx context.Context, c StartConfig) error {
 	if err := w.resolvePeers(ctx, resolver, c.ResolveWait); err != nil {
 		return err
 	}
-	template := Proxy{Resolver: resolver, Audit: audit, Log: log, Own: own}
+	template := Proxy{Resolver: resolver, Audit: audit, Log: log, Own: own, Upstream: c.Upstream}
 
 	// Every TCP listener inside, made at once, each in its slot.
 	var want []netip.AddrPort
