@@ -165,30 +165,9 @@ func (e *env) grade(t *testing.T, id string, timeout time.Duration) verdict {
 	return v
 }
 
-// The test upstream's address in a container, and the names the tasks use
-// for it (given to docker run as --add-host).
-const upstreamIP = "127.0.0.7"
-
+// The names the tasks use for the test upstream (network aliases of its
+// container, upstreamHost).
 var upstreamNames = []string{"allowed.sandboxd.test", "refused.sandboxd.test", "tools.sandboxd.test"}
-
-// startUpstream runs the test upstream (testdata/tasks/README.md) in the
-// container's substrate: inside the harness dir, which the sandbox cannot
-// see.
-func (e *env) startUpstream(t *testing.T, id string) {
-	t.Helper()
-	dir := "/media/sandboxd/e2e-upstream"
-	docker(t, "exec", id, "mkdir", "-p", dir)
-	docker(t, "cp", e.upstreamBin, id+":"+dir+"/upstream")
-	docker(t, "cp", filepath.Join(e.repo, "testdata", "tasks", "upstream")+"/.", id+":"+dir+"/files")
-	docker(t, "exec", "-d", id, dir+"/upstream", "-dir", dir+"/files")
-	for i := 0; ; i++ {
-		if _, err := dockerErr(context.Background(), "exec", id, "bash", "-c", "exec 3<>/dev/tcp/"+upstreamIP+"/18080"); err == nil {
-			return
-		}
-		require.Less(t, i, 100, "the test upstream did not come up")
-		time.Sleep(100 * time.Millisecond)
-	}
-}
 
 func randomSuffix() string {
 	b := make([]byte, 4)

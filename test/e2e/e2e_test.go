@@ -300,12 +300,13 @@ func (e *env) trial(t *testing.T, te layer.TaskEntry, tk *task.Task, agent strin
 	} else {
 		var extra []string
 		if needs(tk, "upstream") {
-			// In the hosts file from the start: the egress proxy resolves
-			// from a snapshot taken when serve starts, so that an agent
-			// rewriting /etc/hosts later cannot steer it.
-			for _, name := range upstreamNames {
-				extra = append(extra, "--add-host", name+":"+upstreamIP)
-			}
+			// A test host of its own, as the task's internet: the
+			// substrate's loopback is never caught, so an upstream there
+			// would be unreachable to an agent without proxy variables.
+			// Its private address is opened deliberately, replacing the
+			// task's own ranges.
+			network, ip := e.upstreamHost(t)
+			extra = append(extra, "--network", network, "-e", "SANDBOXD_EGRESS_ALLOW_CIDR="+ip+"/32")
 		}
 		c = e.runContainer(t, te.Image, securityFlags(e.repo), extra...)
 	}
@@ -316,9 +317,6 @@ func (e *env) trial(t *testing.T, te layer.TaskEntry, tk *task.Task, agent strin
 	if strings.Contains(te.Dir, "e2e-bullseye") {
 		st := docker(t, "exec", c.ID, "/media/sandboxd/bin/sandboxd", "status")
 		assert.Contains(t, st, `"bwrap": "0.4.1"`, "bullseye's bubblewrap")
-	}
-	if needs(tk, "upstream") {
-		e.startUpstream(t, c.ID)
 	}
 
 	timeout := tk.Agent.Timeout
