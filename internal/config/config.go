@@ -30,6 +30,9 @@ type Config struct {
 	Hide          []string // more paths absent from the sandbox (trial: the task dir)
 	Devices       []string // devices to bind through when present
 	Network       Network  // per-phase policies and peers
+	// HealthPolicy is the network policy of the task's healthcheck: the
+	// environment's own, the baseline both phases start from.
+	HealthPolicy egress.Policy
 	// RuntimeHosts are the hosts the harness added to Network at run time
 	// (AllowRuntimeHosts), named apart from the task's own policy.
 	RuntimeHosts RuntimeHosts

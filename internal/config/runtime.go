@@ -77,6 +77,10 @@ func AllowRuntimeHosts(cfg Config, agent, environment []string) (Config, error) 
 	if verifierInherits {
 		r.AddedToVerifier = widen(&n.Verifier, r.Environment, "verifier", "--allow-environment-host", &r.Ignored)
 	}
+	if cfg.Task != nil { // the healthcheck runs under the environment's baseline
+		var ignored []string
+		widen(&cfg.HealthPolicy, r.Environment, "healthcheck", "--allow-environment-host", &ignored)
+	}
 	for _, h := range widen(&n.Agent, r.Agent, "agent", "--allow-agent-host", &r.Ignored) {
 		if !slices.Contains(r.AddedToAgent, h) {
 			r.AddedToAgent = append(r.AddedToAgent, h)

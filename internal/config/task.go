@@ -110,6 +110,9 @@ func WithTask(cfg Config, t *task.Task, extraCIDRs []netip.Prefix) (Config, erro
 	if cfg.Network.Verifier, err = policy(t.VerifierNetwork()); err != nil {
 		return cfg, err
 	}
+	if cfg.HealthPolicy, err = policy(task.Network{Mode: t.Environment.NetworkMode, AllowedHosts: t.Environment.AllowedHosts}); err != nil {
+		return cfg, err
+	}
 	if err := restated(set, t, cfg.Network.Agent); err != nil {
 		return cfg, err
 	}

@@ -231,3 +231,28 @@ func TestHostSocketsAreMaskedFromTheListMadeAtStart(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(string(seen), "answered"), "the verifier's view of the sockets: %s", seen)
 	assert.Contains(t, string(seen), "ConnectionRefusedError", "the verifier reached the host socket: %s", seen)
 }
+
+// The healthcheck runs under the environment's policy, not the agent's:
+// with the agent at no-network and the environment public, the check
+// reaches a test host while the agent cannot.
+func TestHealthcheckUsesTheEnvironmentsPolicy(t *testing.T) {
+	requireTool(t, "curl")
+	host := sandboxtest.NewTestHost(t)
+	hits := serveBanner(host.Listen(t, 80), "HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nup\n")
+	dir := taskDir(t, fmt.Sprintf(`[agent]
+network_mode = "no-network"
+[environment.healthcheck]
+command = "curl -sf --max-time 5 http://%s/"
+interval_sec = 0.2
+start_interval_sec = 0.1
+timeout_sec = 8
+retries = 2
+`, host.Addr), "echo 1 > /logs/verifier/reward.txt")
+	s := serveTask(t, dir, config.Config{}, host.Addr.String()+"/32")
+	require.Eventually(t, func() bool { return s.d.Status().Health != HealthStarting }, 30*time.Second, 50*time.Millisecond)
+	assert.Equal(t, HealthHealthy, s.d.Status().Health, s.d.Status().HealthOutput)
+	seen := hits.Load()
+	assert.NotZero(t, seen, "the check reached the host")
+	r := s.sh(t, pyConnect+host.Addr.String()+" 80 | sed -E 's/Connection(Refused|Reset)Error/refused/'")
+	assert.Equal(t, "refused\n", r.stdout, "the agent stays at no-network: %s", r.stderr)
+}

@@ -25,16 +25,20 @@ const (
 func (d *Daemon) watchHealth(ctx context.Context) {
 	hc := d.cfg.Task.Environment.Healthcheck
 	user := d.imageUser
-	env := sessionenv.Make(d.cfg.ImageEnv, d.cfg.Task.EnvironmentEnv().Environ(), user, nil)
 	d.setHealth(HealthStarting, "")
 	started := time.Now()
 	failures := 0
 	for {
 		inStart := time.Since(started) < hc.StartPeriod
+		// Each check is a visit under the environment's policy: its
+		// connections and queries are told apart from the agent's.
+		proxyEnv, started, done := d.net.OpenAttributedVisit(d.cfg.HealthPolicy)
+		env := sessionenv.Make(d.cfg.ImageEnv, append(proxyEnv, d.cfg.Task.EnvironmentEnv().Environ()...), user, nil)
 		res, err := visit.Check(ctx, d.target,
-			visit.View{HarnessDir: d.cfg.HarnessDir, Mask: d.visitorMasks(), Hosts: d.visitorHosts, ResolvConf: d.visitorResolv, Devices: d.cfg.Devices},
+			visit.View{HarnessDir: d.cfg.HarnessDir, Mask: d.visitorMasks(), Hosts: d.visitorHosts, ResolvConf: d.visitorResolv, Devices: d.cfg.Devices, Started: started},
 			join.Spec{User: user, Env: env, Dir: d.cfg.Workdir, Argv: []string{"/bin/sh", "-c", hc.Command}},
 			hc.Timeout)
+		done()
 		if ctx.Err() != nil {
 			return
 		}
