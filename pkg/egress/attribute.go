@@ -149,36 +149,50 @@ func (a *attributor) query(family uint8, client, dst netip.AddrPort) (uint32, er
 	}
 	put(id[4:20], client)
 	put(id[20:36], dst)
+	var inode uint32
+	err := a.exchange(req, 8192, func(m syscall.NetlinkMessage) (bool, error) {
+		switch m.Header.Type {
+		case unix.NLMSG_ERROR:
+			if len(m.Data) >= 4 && int32(binary.NativeEndian.Uint32(m.Data)) != 0 {
+				return true, errNoSocket
+			}
+		case unix.SOCK_DIAG_BY_FAMILY:
+			// The kernel's exact lookup falls back to a listener on
+			// the client's address: that is not the client.
+			if len(m.Data) >= inetDiagInodeOff+4 && m.Data[1] != tcpListen {
+				inode = binary.NativeEndian.Uint32(m.Data[inetDiagInodeOff:])
+				return true, nil
+			}
+			return true, errNoSocket
+		}
+		return false, nil
+	})
+	return inode, err
+}
+
+// exchange sends req on the sock_diag socket and hands each message of
+// the answer to each, until it says the answer is complete.
+func (a *attributor) exchange(req []byte, bufSize int, each func(m syscall.NetlinkMessage) (done bool, err error)) error {
 	fd := int(a.diag.Fd())
 	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return 0, fmt.Errorf("sock_diag: send: %w", err)
+		return fmt.Errorf("sock_diag: send: %w", err)
 	}
-	buf := make([]byte, 8192)
+	buf := make([]byte, bufSize)
 	for {
 		n, _, err := unix.Recvfrom(fd, buf, 0)
 		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
 		if err != nil {
-			return 0, fmt.Errorf("sock_diag: receive: %w", err)
+			return fmt.Errorf("sock_diag: receive: %w", err)
 		}
 		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
 		if err != nil {
-			return 0, fmt.Errorf("sock_diag: %w", err)
+			return fmt.Errorf("sock_diag: %w", err)
 		}
 		for _, m := range msgs {
-			switch m.Header.Type {
-			case unix.NLMSG_ERROR:
-				if len(m.Data) >= 4 && int32(binary.NativeEndian.Uint32(m.Data)) != 0 {
-					return 0, errNoSocket
-				}
-			case unix.SOCK_DIAG_BY_FAMILY:
-				// The kernel's exact lookup falls back to a listener on
-				// the client's address: that is not the client.
-				if len(m.Data) >= inetDiagInodeOff+4 && m.Data[1] != tcpListen {
-					return binary.NativeEndian.Uint32(m.Data[inetDiagInodeOff:]), nil
-				}
-				return 0, errNoSocket
+			if done, err := each(m); done || err != nil {
+				return err
 			}
 		}
 	}
@@ -229,48 +243,33 @@ func (a *attributor) openVisits() map[uint64]Judge {
 func (a *attributor) dumpFind(proto uint8, client netip.AddrPort) (uint32, error) {
 	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
 		req := diagRequest(family, proto, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
-		fd := int(a.diag.Fd())
-		if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-			return 0, fmt.Errorf("sock_diag: send: %w", err)
-		}
 		found := uint32(0)
-		buf := make([]byte, 32<<10)
-	recv:
-		for {
-			n, _, err := unix.Recvfrom(fd, buf, 0)
-			if errors.Is(err, syscall.EINTR) {
-				continue
-			}
-			if err != nil {
-				return 0, fmt.Errorf("sock_diag: receive: %w", err)
-			}
-			msgs, err := syscall.ParseNetlinkMessage(buf[:n])
-			if err != nil {
-				return 0, fmt.Errorf("sock_diag: %w", err)
-			}
-			for _, m := range msgs {
-				switch m.Header.Type {
-				case unix.NLMSG_DONE, unix.NLMSG_ERROR:
-					break recv
-				case unix.SOCK_DIAG_BY_FAMILY:
-					if len(m.Data) < inetDiagInodeOff+4 || found != 0 {
-						continue
-					}
-					id := m.Data[4:]
-					if binary.BigEndian.Uint16(id[0:]) != client.Port() {
-						continue
-					}
-					var src netip.Addr
-					if family == unix.AF_INET {
-						src = netip.AddrFrom4([4]byte(id[4:8]))
-					} else {
-						src = netip.AddrFrom16([16]byte(id[4:20])).Unmap()
-					}
-					if src == client.Addr().Unmap() || src.IsUnspecified() {
-						found = binary.NativeEndian.Uint32(m.Data[inetDiagInodeOff:])
-					}
+		err := a.exchange(req, 32<<10, func(m syscall.NetlinkMessage) (bool, error) {
+			switch m.Header.Type {
+			case unix.NLMSG_DONE, unix.NLMSG_ERROR:
+				return true, nil
+			case unix.SOCK_DIAG_BY_FAMILY:
+				if len(m.Data) < inetDiagInodeOff+4 || found != 0 {
+					return false, nil
+				}
+				id := m.Data[4:]
+				if binary.BigEndian.Uint16(id[0:]) != client.Port() {
+					return false, nil
+				}
+				var src netip.Addr
+				if family == unix.AF_INET {
+					src = netip.AddrFrom4([4]byte(id[4:8]))
+				} else {
+					src = netip.AddrFrom16([16]byte(id[4:20])).Unmap()
+				}
+				if src == client.Addr().Unmap() || src.IsUnspecified() {
+					found = binary.NativeEndian.Uint32(m.Data[inetDiagInodeOff:])
 				}
 			}
+			return false, nil
+		})
+		if err != nil {
+			return 0, err
 		}
 		if found != 0 {
 			return found, nil
