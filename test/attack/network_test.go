@@ -57,6 +57,7 @@ func networkAttempts(n *network) []attempt {
 		{name: "UDP to the substrate's loopback", sh: `{PY} udp 127.0.0.1 ` + port(n.loopbackUDP.addr) + `; exit 1`},
 		{name: "DNS query to the test host", sh: `{PY} dns ` + testHost + ` example.test`, check: answeredInside},
 		{name: "DNS query to the resolver the substrate names", sh: `for s in $(awk '/^nameserver/ {print $2}' /etc/resolv.conf); do case $s in 127.*|::1) {PY} dns $s example.test && exit 0;; esac; done; exit 1`, check: answeredInside},
+		{name: "rewrite resolv.conf to name the test host, then ask the first name server", sh: `printf 'nameserver ` + testHost + `\n' > /etc/resolv.conf 2>/dev/null; {PY} dns $(awk '/^nameserver/ {print $2; exit}' /etc/resolv.conf) example.test`, check: answeredInside},
 		{name: "raw and packet sockets", sh: `{PY} raw`},
 		{name: "the substrate's abstract unix socket", sh: `{PY} abstract ` + n.abstract},
 	}
