@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -120,11 +121,44 @@ var logs sync.Map // clean dir → *Log
 // Dir is where the Log writes.
 func (l *Log) Dir() string { return l.dir }
 
-// Write appends r.
+// maxField bounds each other free-form field of a record as it is written
+// (a login name may fill an SSH packet), and maxLine the line Read takes:
+// with the commands at MaxCommand and the tails at MaxInline, even JSON's
+// six bytes for each '<' keep a record within it, so that no record hides
+// the ones after it.
+const (
+	maxField = 4 << 10
+	maxLine  = 4 << 20
+)
+
+// bound cuts the free-form fields of r to maxField bytes.
+func bound(r *Record) {
+	for _, s := range []*string{&r.Login, &r.Subsystem, &r.Term, &r.Remote, &r.Ended, &r.Signal, &r.User, &r.Key, &r.Cast} {
+		if len(*s) > maxField {
+			*s = (*s)[:maxField]
+		}
+	}
+	if len(r.Command) > MaxCommand {
+		r.Command, r.Truncated = r.Command[:MaxCommand], true
+	}
+	if n := len(r.Argv); n > 0 && len(strings.Join(r.Argv, " ")) > MaxCommand {
+		r.Argv = nil
+	}
+	if o := r.Output; o != nil {
+		for _, s := range []*string{&o.Stdout, &o.Stderr, &o.StdoutFile, &o.StderrFile} {
+			if len(*s) > MaxInline {
+				*s = (*s)[len(*s)-MaxInline:]
+			}
+		}
+	}
+}
+
+// Write appends r, its fields bounded first.
 func (l *Log) Write(r *Record) error {
 	if l == nil {
 		return nil
 	}
+	bound(r)
 	line, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("encode session record %s: %w", r.ID, err)
@@ -166,7 +200,7 @@ func Read(dir string, f Filter) ([]Record, error) {
 	defer fh.Close()
 	var out []Record
 	sc := bufio.NewScanner(fh)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	sc.Buffer(make([]byte, 64<<10), maxLine)
 	for n := 1; sc.Scan(); n++ {
 		var r Record
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {

@@ -89,3 +89,27 @@ func TestUsageOf(t *testing.T) {
 	u := UsageOf(&syscall.Rusage{Utime: syscall.Timeval{Sec: 1, Usec: 500000}, Stime: syscall.Timeval{Usec: 250000}, Maxrss: 2048})
 	assert.Equal(t, &Usage{UserCPUSec: 1.5, SystemCPUSec: 0.25, MaxRSSBytes: 2 << 20}, u)
 }
+
+// Every field a client chooses is bounded when it is written, so that no
+// record is too long to be read back: an SSH login name may fill a whole
+// packet (256 KiB), and JSON writes each '<' as six bytes. A record that
+// could not be read would hide every record after it from `records`.
+func TestAnyRecordWrittenReadsBack(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir)
+	require.NoError(t, err)
+	huge := strings.Repeat("<", 256<<10)
+	worst := strings.Repeat("<", MaxCommand)
+	tails := strings.Repeat("<", MaxInline)
+	require.NoError(t, l.Write(&Record{ID: "big", Kind: "subsystem", Login: huge, Subsystem: huge, Term: huge, Remote: huge,
+		Ended: huge, Signal: huge, User: huge, Key: huge, Cast: huge, Command: worst, Argv: []string{worst},
+		Output: &Output{Stdout: tails, Stderr: tails, StdoutFile: huge, StderrFile: huge}}))
+	require.NoError(t, l.Write(&Record{ID: "after", Kind: "exec"}))
+	recs, err := Read(dir, Filter{})
+	require.NoError(t, err)
+	require.Len(t, recs, 2)
+	assert.Equal(t, "after", recs[1].ID)
+	assert.LessOrEqual(t, len(recs[0].Login), maxField)
+	assert.True(t, strings.HasPrefix(recs[0].Login, "<<<<"))
+	assert.Equal(t, worst, recs[0].Command, "a command within MaxCommand is kept whole")
+}
