@@ -17,6 +17,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 )
 
 var digStatus = regexp.MustCompile(`status: ([A-Z]+)`)
@@ -26,7 +28,7 @@ var digStatus = regexp.MustCompile(`status: ([A-Z]+)`)
 func dig(t *testing.T, addr string, args ...string) (string, []string) {
 	t.Helper()
 	if _, err := exec.LookPath("dig"); err != nil {
-		t.Skip("dig is not installed (dnsutils; scripts/deps.sh test)")
+		sandboxtest.Need(t, "dig (dnsutils; scripts/deps.sh test)")
 	}
 	host, port, err := net.SplitHostPort(addr)
 	require.NoError(t, err)
@@ -453,7 +455,7 @@ func TestDNSBadInput(t *testing.T) {
 // TestNslookup drives nslookup (dnsutils) as a second real client.
 func TestNslookup(t *testing.T) {
 	if _, err := exec.LookPath("nslookup"); err != nil {
-		t.Skip("nslookup is not installed (dnsutils; scripts/deps.sh test)")
+		sandboxtest.Need(t, "nslookup (dnsutils; scripts/deps.sh test)")
 	}
 	zone := startZone(t)
 	pub, _ := startDNS(t, DNSConfig{Agent: Policy{Mode: Public}}, zone)
