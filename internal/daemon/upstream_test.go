@@ -33,7 +33,7 @@ func TestCaughtConnectionsGoThroughTheUpstreamProxy(t *testing.T) {
 	t.Cleanup(func() { ln.Close() })
 	hits := serveBanner(ln, "HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\ncorp\n")
 	port := ln.Addr().(*net.TCPAddr).Port
-	proxyAddr, proxyLog := sandboxtest.StartTinyproxy(t, "corp.test")
+	proxyAddr, proxyLog := sandboxtest.StartTinyproxy(t, "127.0.0.1", map[string]string{"corp.test": "127.0.0.1"})
 
 	// The sandbox's resolver answers corp.test with an address nothing
 	// serves, and direct.test with a test host's.

@@ -55,7 +55,7 @@ func TestUpstreamFromEnv(t *testing.T) {
 // a NO_PROXY name is dialled directly.
 func TestUpstreamProxyCarriesAllowedNames(t *testing.T) {
 	up := okUpstream(t)
-	proxyAddr, logPath := sandboxtest.StartTinyproxy(t, "only-upstream.test")
+	proxyAddr, logPath := sandboxtest.StartTinyproxy(t, "127.0.0.1", map[string]string{"only-upstream.test": "127.0.0.1"})
 	u, err := UpstreamFromEnv(envOf("HTTPS_PROXY", "http://"+proxyAddr, "HTTP_PROXY", "http://"+proxyAddr, "NO_PROXY", "direct.test"))
 	require.NoError(t, err)
 

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/sandboxd/sandboxd/internal/records"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
@@ -65,6 +66,10 @@ func TestAdaptedTrialTasks(t *testing.T) {
 			f(t, images[name], tasks[name])
 		})
 	}
+	t.Run("agent-host behind an upstream proxy", func(t *testing.T) {
+		t.Parallel()
+		e.upstreamProxy(t, images["agent-host"], tasks["agent-host"])
+	})
 }
 
 // The oracle works on past agent.timeout_sec. The harness stops waiting at
@@ -290,6 +295,36 @@ func (e *env) agentHost(t *testing.T, image string, tk *task.Task) {
 			assert.NotContains(t, audit, `"proxy":"verifier","mode"`, "the verifier's policy gained nothing")
 		})
 	}
+}
+
+// upstreamProxy runs the agent-host task behind a company proxy: the
+// container's HTTPS_PROXY and HTTP_PROXY name a tinyproxy on the test
+// network's gateway, which alone resolves the upstream's name. The agent's
+// fetch (no proxy variable in its session) is caught, allowed by the
+// run-time host, and carried by the upstream proxy as CONNECT name:port.
+func (e *env) upstreamProxy(t *testing.T, image string, tk *task.Task) {
+	network, ip := e.upstreamHost(t)
+	gateway := strings.TrimSpace(docker(t, "network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}", network))
+	proxy, proxyLog := sandboxtest.StartTinyproxy(t, gateway, map[string]string{"allowed.sandboxd.test": ip})
+	c := e.runContainer(t, image, securityFlags(e.repo), "--network", network,
+		"-e", "SANDBOXD_EGRESS_ALLOW_CIDR="+ip+"/32", "-e", "SANDBOXD_ALLOW_AGENT_HOST=allowed.sandboxd.test",
+		"-e", "HTTPS_PROXY=http://"+proxy, "-e", "HTTP_PROXY=http://"+proxy, "-e", "NO_PROXY=localhost")
+	ctx, cancel := context.WithTimeout(context.Background(), tk.Agent.Timeout)
+	defer cancel()
+	env, err := e.sshRun(ctx, c.IP, "env | grep -ci _proxy || true", "")
+	require.NoError(t, err)
+	assert.Equal(t, "0\n", env, "no proxy variable reaches the session")
+	out, err := e.sshRun(ctx, c.IP, oracleCommand(tk), tk.SolutionScript)
+	require.NoError(t, err, "the oracle's fetch through the upstream proxy: %s", out)
+	v := e.grade(t, c.ID, 2*time.Minute)
+	require.Equal(t, "graded", v.Status, "%s\n%s", v.Message, v.Stdout)
+	reward, _ := v.reward()
+	assert.Equal(t, 1.0, reward, v.Stdout)
+	log, _ := os.ReadFile(proxyLog)
+	assert.Contains(t, string(log), "CONNECT allowed.sandboxd.test:18080", "the upstream proxy carried the name")
+	st := docker(t, "exec", c.ID, sandboxdBin, "status")
+	assert.Contains(t, st, `"upstream_proxy"`)
+	assert.Contains(t, st, "http://"+proxy)
 }
 
 // upstreamHost runs the test upstream (testdata/tasks/README.md) as a test
