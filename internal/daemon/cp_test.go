@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -228,4 +229,28 @@ func TestCpHarborFailuresThroughTheSandbox(t *testing.T) {
 	}
 	assert.Len(t, got, len(want))
 	assert.Equal(t, want, got)
+}
+
+// The copy's role runs as the sandbox's root without the agent's limits,
+// in the sandbox's pid namespace: a root agent must not be able to read or
+// trace it (and so run in it outside its cgroup). It is undumpable, so its
+// /proc files are closed to a root without CAP_SYS_PTRACE.
+func TestCpRoleIsClosedToARootAgent(t *testing.T) {
+	s := serveForTest(t, config.Config{AgentUser: "0:0"})
+	inside := sharedTmp(t, 0o777)
+	pr, pw := io.Pipe()
+	copied := make(chan error, 1)
+	go func() { copied <- s.cp(t, tarcopy.Copy{Src: "-", Dst: "sandbox:" + inside, Stdin: pr}) }()
+	// The role waits on the archive that is not coming yet.
+	var pid string
+	require.Eventually(t, func() bool {
+		r := s.exec(t, control.Request{Argv: []string{"/bin/sh", "-c", `for p in /proc/[0-9]*; do if [ ${p#/proc/} != $$ ] && tr '\0' ' ' <$p/cmdline 2>/dev/null | grep -q ' unpack ` + inside + ` '; then echo ${p#/proc/}; fi; done`}, User: "0"}, "")
+		pid = strings.TrimSpace(r.stdout)
+		return pid != ""
+	}, 20*time.Second, 100*time.Millisecond, "the cp role is not seen in the sandbox")
+	r := s.exec(t, control.Request{Argv: []string{"/bin/sh", "-c", "ls /proc/" + pid + "/fd && cat /proc/" + pid + "/environ"}, User: "0"}, "")
+	assert.NotEqual(t, 0, r.exit.Code, "a root agent read the cp role's descriptors and environment: %s", r.stdout)
+	assert.Contains(t, r.stderr, "ermission denied")
+	pw.Close()
+	require.NoError(t, <-copied)
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sandboxd/sandboxd/internal/childproc"
 )
 
@@ -21,6 +23,12 @@ func init() { childproc.Add(role, runRole) }
 // GID ARCHIVE RAW` unpacks stdin at PATH. A failure is one line on stderr
 // and exit 1.
 func runRole(args []string) int {
+	// The role runs as the sandbox's root in the sandbox's pid namespace,
+	// outside the agent's cgroup and limits: undumpable, a root agent
+	// (without CAP_SYS_PTRACE) can neither trace it nor read its /proc
+	// files, so it cannot run itself there. This leaves the moment between
+	// exec and here, which only a role of its own pid namespace would close.
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	err := roleMain(args)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%v\n", err)
