@@ -66,16 +66,37 @@ func reapUntil(ctx context.Context, log *slog.Logger) {
 	seen := map[int]time.Time{} // zombie children, and when each was first seen as one
 	next := time.NewTimer(zombieGrace)
 	defer next.Stop()
+	due := time.Now().Add(zombieGrace) // when next fires
+	var last time.Time                 // the last look
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-chld:
+			// Under many concurrent sessions children exit hundreds of
+			// times a second, and each look reads every thread's children:
+			// within lookGap of the last look, one more look at its end
+			// serves the whole burst. Nothing is reaped sooner than
+			// zombieSettle after it was first seen, so a zombie is at most
+			// lookGap later to be taken.
+			if at := last.Add(lookGap); time.Now().Before(at) {
+				if at.Before(due) {
+					next.Reset(time.Until(at))
+					due = at
+				}
+				continue
+			}
 		case <-next.C:
 		}
-		next.Reset(reapOnce(seen, log))
+		last = time.Now()
+		again := reapOnce(seen, log)
+		next.Reset(again)
+		due = last.Add(again)
 	}
 }
+
+// lookGap is the shortest time between two looks that SIGCHLD makes.
+const lookGap = zombieSettle / 4
 
 // reapOnce reaps the zombie children that are due, remembers the others in
 // seen, and says when to look again.
