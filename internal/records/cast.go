@@ -19,6 +19,7 @@ const MaxCastBytes = 64 << 20
 // event [seconds, "o"|"r", data]. Input is not recorded: it holds what the
 // user typed at password prompts.
 type Cast struct {
+	l       *Log // whose disk cap the cast counts against
 	mu      sync.Mutex
 	f       *os.File
 	w       *bufio.Writer
@@ -55,7 +56,7 @@ func (l *Log) NewCast(id string, cols, rows uint32, term, command string, start 
 	if command != "" {
 		hdr["command"] = command
 	}
-	c := &Cast{f: f, w: bufio.NewWriterSize(f, 32<<10), start: start}
+	c := &Cast{l: l, f: f, w: bufio.NewWriterSize(f, 32<<10), start: start}
 	line, _ := json.Marshal(hdr)
 	c.w.Write(append(line, '\n'))
 	return c, name, nil
@@ -67,9 +68,12 @@ func (c *Cast) event(kind string, data string) {
 	}
 	line, _ := json.Marshal([]any{jsonSeconds(time.Since(c.start)), kind, data})
 	line = append(line, '\n')
-	if c.written+int64(len(line)) > MaxCastBytes {
+	// Each cast stops at MaxCastBytes, and all of them with the outputs at
+	// the Log's disk cap: an agent opening terminals one after another
+	// must not fill the harness dir's disk either.
+	if c.written+int64(len(line)) > MaxCastBytes || !c.l.reserve(int64(len(line))) {
 		c.full = true
-		line, _ = json.Marshal([]any{jsonSeconds(time.Since(c.start)), "o", "\r\n[sandboxd: recording truncated at 64 MiB]\r\n"})
+		line, _ = json.Marshal([]any{jsonSeconds(time.Since(c.start)), "o", "\r\n[sandboxd: recording truncated at its bound]\r\n"})
 		line = append(line, '\n')
 	}
 	n, err := c.w.Write(line)

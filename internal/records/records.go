@@ -97,8 +97,8 @@ const file = "sessions.jsonl"
 type Log struct {
 	dir string
 	mu  sync.Mutex
-	// disk is the bytes of output artifacts written so far, against
-	// MaxArtifactBytes.
+	// disk is the bytes of output artifacts and casts written so far,
+	// against MaxArtifactBytes.
 	disk int64
 }
 
@@ -117,6 +117,18 @@ func Open(dir string) (*Log, error) {
 }
 
 var logs sync.Map // clean dir → *Log
+
+// reserve takes n bytes of the disk cap for a whole write, or none and
+// false when they no longer fit.
+func (l *Log) reserve(n int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.disk+n > MaxArtifactBytes {
+		return false
+	}
+	l.disk += n
+	return true
+}
 
 // Dir is where the Log writes.
 func (l *Log) Dir() string { return l.dir }

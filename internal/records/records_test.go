@@ -113,3 +113,21 @@ func TestAnyRecordWrittenReadsBack(t *testing.T) {
 	assert.True(t, strings.HasPrefix(recs[0].Login, "<<<<"))
 	assert.Equal(t, worst, recs[0].Command, "a command within MaxCommand is kept whole")
 }
+
+// Casts count against the records dir's disk cap with the outputs: a
+// terminal session opened after the cap is reached records its header
+// and the truncation mark, not what it printed.
+func TestCastsCountAgainstTheDiskCap(t *testing.T) {
+	l, err := Open(t.TempDir())
+	require.NoError(t, err)
+	l.disk = MaxArtifactBytes - 10
+	c, name, err := l.NewCast("id3", 80, 24, "xterm", "", time.Now())
+	require.NoError(t, err)
+	_, err = c.Write([]byte(strings.Repeat("the agent printing forever\n", 100)))
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	b, err := os.ReadFile(filepath.Join(l.Dir(), name))
+	require.NoError(t, err)
+	assert.NotContains(t, string(b), "printing forever")
+	assert.Contains(t, string(b), "recording truncated")
+}
