@@ -43,23 +43,6 @@ func (d *Daemon) agentDone(req control.Request) (AgentMarked, error) {
 	return AgentMarked{ID: rec.ID}, nil
 }
 
-// markAgentSessions puts each agent mark's outcome on the sessions it
-// names by client address, whichever records a filter kept.
-func (d *Daemon) markAgentSessions(recs []records.Record) {
-	all, _ := records.Read(d.harnessPath("records"), records.Filter{})
-	marks := map[string]*grade.Agent{}
-	for _, r := range all {
-		if r.Kind == "agent" && r.Remote != "" {
-			marks[r.Remote] = r.Agent
-		}
-	}
-	for i := range recs {
-		if a, ok := marks[recs[i].Remote]; ok && recs[i].Kind != "agent" && recs[i].Remote != "" {
-			recs[i].Agent = a
-		}
-	}
-}
-
 // agentDoneArg reads one argument of a harness key's `agent-done --status S
 // [--exit-code N] [--duration SEC] [--remote ADDR]` at fields[i], and
 // returns the index of its last word.

@@ -67,8 +67,8 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 	cfg := ptyrelay.Config{
 		Target:    d.target,
 		Spec:      join.Spec{User: user, Env: env, Dir: dir, Argv: req.Argv},
-		Stdout:    rec.stdout(control.Writer{C: conn, Kind: control.KindStdout}),
-		Stderr:    rec.stderr(control.Writer{C: conn, Kind: control.KindStderr}),
+		Stdout:    rec.Stdout(control.Writer{C: conn, Kind: control.KindStdout}),
+		Stderr:    rec.Stderr(control.Writer{C: conn, Kind: control.KindStderr}),
 		Leftovers: d.leftovers,
 	}
 	if stdinR != nil {
@@ -81,11 +81,11 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 	if err != nil {
 		var se *join.SetupError
 		if errors.As(err, &se) {
-			rec.finish(ptyrelay.Exit{}, se.Code, se.Msg)
+			rec.Finish(se.Code, "", nil, se.Msg)
 			fail(se.Code, "%s", se.Msg)
 			return
 		}
-		rec.finish(ptyrelay.Exit{}, 125, err.Error())
+		rec.Finish(125, "", nil, err.Error())
 		fail(125, "%v", err)
 		return
 	}
@@ -106,7 +106,7 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 			case control.KindStdin:
 				if stdinW != nil {
 					stdinW.Write(payload)
-					rec.input(len(payload))
+					rec.Input(len(payload))
 				}
 			case control.KindEOF:
 				if stdinW != nil {
@@ -116,7 +116,7 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 				var r control.Resize
 				if json.Unmarshal(payload, &r) == nil {
 					sess.Resize(ptyrelay.Size{Cols: uint32(r.Cols), Rows: uint32(r.Rows)})
-					rec.resize(r.Cols, r.Rows)
+					rec.Resize(uint32(r.Cols), uint32(r.Rows))
 				}
 			case control.KindSignal:
 				if sig, ok := ptyrelay.ParseSignal(string(payload)); ok {
@@ -155,7 +155,7 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 	if timedOut {
 		exit.Code = 124
 	}
-	rec.finish(e, exit.Code, ended)
+	rec.Finish(exit.Code, e.SignalName(), e.Rusage, ended)
 	conn.WriteJSON(control.KindExit, exit)
 	d.log.Info("exec ended", "argv", req.Argv, "uid", user.UID, "code", exit.Code, "signal", exit.Signal, "timed_out", timedOut)
 	// Let the client read the exit before the connection closes.
