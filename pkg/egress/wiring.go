@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -219,6 +220,11 @@ func (w *Wiring) AgentEnv() []string {
 // they are.
 func (w *Wiring) Degraded() string { return w.degraded }
 
+// samePolicy reports whether a and b judge every connection alike.
+func samePolicy(a, b Policy) bool {
+	return a.Mode == b.Mode && slices.Equal(a.AllowedHosts, b.AllowedHosts) && slices.Equal(a.AllowCIDRs, b.AllowCIDRs)
+}
+
 // Answers is the table of addresses answered for names, which the
 // sandbox's resolver fills and the transparent listener judges by.
 func (w *Wiring) Answers() *Answers { return w.answers }
@@ -370,6 +376,12 @@ func (w *Wiring) Start(ctx context.Context, c StartConfig) error {
 		// A visit's connections and queries are told from the agent's
 		// through this socket (attribute.go).
 		if f, err := c.Netlink(ctx, unix.NETLINK_SOCK_DIAG); err != nil {
+			// Without it a visit's connections and queries are judged by
+			// the agent's policy: the verifier's own, where it differs,
+			// would not be the one enforced.
+			if !samePolicy(w.net.Agent, w.net.Verifier) && !c.AllowDegraded {
+				return fmt.Errorf("open sock_diag inside the sandbox: %w: the verifier's network policy differs from the agent's, and its connections could not be told from the agent's; run serve where netlink works in a user namespace, or pass --allow-degraded to judge them by the agent's policy", err)
+			}
 			log.Warn("caught connections cannot be attributed to visits: the verifier's are judged by the agent's policy", "err", err)
 		} else {
 			tv := unix.Timeval{Sec: 1}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -150,15 +151,7 @@ func TestStartServesVisitsUntilItsContextEnds(t *testing.T) {
 // alone, points the agent at it, and Degraded says why
 // (docs/failures.md#no-rules-no-start).
 func TestStartFailsClosedWithoutTheRules(t *testing.T) {
-	loopbackListen := func(ctx context.Context, addrs []netip.AddrPort) ([]net.Listener, []error, error) {
-		lns := make([]net.Listener, len(addrs))
-		for i := range addrs {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			lns[i] = ln
-		}
-		return lns, make([]error, len(addrs)), nil
-	}
+	loopbackListen := loopbackListeners(t)
 	refused := func(ctx context.Context, plan netrules.Plan) error {
 		assert.Equal(t, "127.0.0.1:3130", plan.Catch.String())
 		return &netrules.Error{Step: "install the nftables rules", Err: errors.New("operation not supported")}
@@ -184,5 +177,62 @@ func TestStartFailsClosedWithoutTheRules(t *testing.T) {
 		}
 		cancel()
 		w.Close()
+	}
+}
+
+// Where the verifier's policy is not the agent's, the caught connections
+// and queries of a visit must be told from the agent's (sock_diag inside
+// the sandbox). Without that socket Start fails and says what to do, rather
+// than judge the verifier's connections by the agent's policy; with
+// AllowDegraded it goes on. Under one policy for both, nothing needs telling
+// apart, and Start goes on.
+func TestStartFailsClosedWithoutAttribution(t *testing.T) {
+	loopbackListen := loopbackListeners(t)
+	installed := func(ctx context.Context, plan netrules.Plan) error { return nil }
+	noDiag := func(ctx context.Context, proto int) (*os.File, error) {
+		return nil, errors.New("protocol not supported")
+	}
+	for _, tc := range []struct {
+		name     string
+		net      Network
+		degraded bool
+		fails    bool
+	}{
+		{"stricter verifier", Network{Agent: Policy{Mode: Public}, Verifier: Policy{Mode: NoNetwork}}, false, true},
+		{"looser verifier", Network{Agent: Policy{Mode: NoNetwork}, Verifier: Policy{Mode: Public}}, false, true},
+		{"allowed degraded", Network{Agent: Policy{Mode: Public}, Verifier: Policy{Mode: NoNetwork}}, true, false},
+		{"one policy", Network{Agent: Policy{Mode: Public}, Verifier: Policy{Mode: Public}}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := Plan(tc.net)
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			err = w.Start(ctx, StartConfig{Listen: loopbackListen, AuditDir: t.TempDir(), Resolver: resolverOf(),
+				Catch: installed, Netlink: noDiag, AllowDegraded: tc.degraded})
+			if tc.fails {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), "protocol not supported")
+				assert.Contains(t, err.Error(), "--allow-degraded")
+				return
+			}
+			require.NoError(t, err)
+			cancel()
+			w.Close()
+		})
+	}
+}
+
+// loopbackListeners is a StartConfig.Listen that makes each listener on a
+// free loopback port.
+func loopbackListeners(t *testing.T) func(context.Context, []netip.AddrPort) ([]net.Listener, []error, error) {
+	return func(ctx context.Context, addrs []netip.AddrPort) ([]net.Listener, []error, error) {
+		lns := make([]net.Listener, len(addrs))
+		for i := range addrs {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			lns[i] = ln
+		}
+		return lns, make([]error, len(addrs)), nil
 	}
 }
