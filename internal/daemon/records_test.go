@@ -45,6 +45,7 @@ func recordLines(t *testing.T, s *served, args string, req control.Request) []re
 // A control-socket exec is on the record as an SSH exec is, with its
 // output (the end inline, the whole in a file) and what it used.
 func TestControlExecIsRecorded(t *testing.T) {
+	requireTool(t, "python3")
 	s := serveForTest(t, config.Config{AgentUser: "4321:4321"})
 	before := time.Now()
 	script := `i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; python3 -c 'b = bytearray(64 << 20); print("allocated")'; echo to-stderr >&2; exit 3`

@@ -20,6 +20,7 @@ import (
 // status.usage reports what the agent's processes use: from the agent's
 // cgroup where serve made one, else summed over the sandbox's processes.
 func TestStatusUsage(t *testing.T) {
+	requireTool(t, "python3")
 	s := serveForTest(t, config.Config{AgentUser: "4321:4321"})
 	r := s.sh(t, `nohup python3 -c 'import time; sum(range(3000000)); b = bytearray(96 << 20); b[::4096] = b"x" * len(b[::4096]); open("/tmp/usage-ready-'$$'", "w"); time.sleep(600)' >/dev/null 2>&1 & echo $$`)
 	require.NoError(t, r.err)
