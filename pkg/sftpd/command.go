@@ -15,6 +15,11 @@ import (
 // commands) is not recognised: the command runs in the agent's shell as any
 // other.
 func SCP(command string) ([]string, bool) {
+	// Every exec request comes here first: anything that cannot be scp's
+	// costs no more than a scan.
+	if len(command) > maxSCPCommand || !strings.Contains(command, "scp") {
+		return nil, false
+	}
 	words, ok := splitWords(command)
 	if !ok || len(words) < 2 {
 		return nil, false
@@ -65,6 +70,11 @@ func SCP(command string) ([]string, bool) {
 	return args, true
 }
 
+// maxSCPCommand bounds the command SCP reads: far above what scp clients
+// send (a few paths), far below what costs the daemon to split. A longer
+// command runs in the agent's shell, as any other.
+const maxSCPCommand = 64 << 10
+
 // word is one shell word: its text after quote removal, and the same as a
 // filepath.Match pattern, with the glob characters that were quoted
 // escaped.
@@ -73,20 +83,28 @@ type word struct {
 	glob          bool // an unquoted *, ? or [
 }
 
+// wordBuilder grows a word in amortised constant time a byte.
+type wordBuilder struct {
+	text, pattern strings.Builder
+	glob          bool
+}
+
+func (b *wordBuilder) word() word {
+	return word{text: b.text.String(), pattern: b.pattern.String(), glob: b.glob}
+}
+
 // splitWords splits s as a POSIX shell splits one simple command, or
 // reports false when s holds anything but words.
 func splitWords(s string) ([]word, bool) {
 	var words []word
-	var cur word
+	cur := &wordBuilder{}
 	inWord := false
 	add := func(c byte, quoted bool) {
-		cur.text += string(c)
-		switch {
-		case quoted && strings.IndexByte(`*?[\`, c) >= 0:
-			cur.pattern += `\` + string(c)
-		default:
-			cur.pattern += string(c)
+		cur.text.WriteByte(c)
+		if quoted && strings.IndexByte(`*?[\`, c) >= 0 {
+			cur.pattern.WriteByte('\\')
 		}
+		cur.pattern.WriteByte(c)
 		if !quoted && strings.IndexByte("*?[", c) >= 0 {
 			cur.glob = true
 		}
@@ -97,8 +115,8 @@ func splitWords(s string) ([]word, bool) {
 		switch {
 		case c == ' ' || c == '\t':
 			if inWord {
-				words = append(words, cur)
-				cur, inWord = word{}, false
+				words = append(words, cur.word())
+				cur, inWord = &wordBuilder{}, false
 			}
 		case c == '\'':
 			j := strings.IndexByte(s[i+1:], '\'')
@@ -143,7 +161,7 @@ func splitWords(s string) ([]word, bool) {
 		}
 	}
 	if inWord {
-		words = append(words, cur)
+		words = append(words, cur.word())
 	}
 	return words, true
 }

@@ -1,9 +1,11 @@
 package sftpd
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestSCP pins which exec commands the legacy scp server takes over: what
@@ -50,4 +52,17 @@ func TestSCP(t *testing.T) {
 			assert.Equal(t, tc.want, got, tc.command)
 		}
 	}
+}
+
+// A command longer than any scp client sends is never split: it runs in
+// the agent's shell. One just below the bound is still scp's.
+func TestSCPBoundsTheCommandItSplits(t *testing.T) {
+	long := "/tmp/" + strings.Repeat("a", maxSCPCommand-len("scp -t /tmp/")-1)
+	args, ok := SCP("scp -t " + long)
+	require.True(t, ok)
+	assert.Equal(t, []string{"scp", "-t", "--", long}, args)
+	_, ok = SCP("scp -t " + long + "bb")
+	assert.False(t, ok, "over the bound")
+	_, ok = SCP("bash -c '" + strings.Repeat("x", 1<<20) + "'")
+	assert.False(t, ok)
 }
