@@ -58,7 +58,7 @@ sandbox_stage() {
   skip+='|TestCaughtClientsUnder|TestCaughtConnectionsOfTheVerifierAreJudgedByItsPolicy'
   skip+='|TestOwnAddressesReachTheSandboxsLoopback|TestVerifierResolvesAndReachesUnderItsOwnAllowlist'
   skip+='|TestResolverForwardsEveryType|TestResolverOpensAllowlistByForwardedAnswers|TestVerifierAsksTheSandboxResolver'
-  skip+='|TestHealthcheckUsesTheEnvironmentsPolicy|TestCaughtConnectionsGoThroughTheUpstreamProxy'
+  skip+='|TestHealthcheckUsesTheEnvironmentsPolicy|TestCaughtConnectionsGoThroughTheUpstreamProxy|TestCollectHooksAreTheVerifiersAndBounded'
   # OpenSSH's client, and python3 in the sandbox for a known allocation.
   skip+='|TestKeysAuthorizeAfterStart|TestControlExecIsRecorded|TestStatusUsage'
   # This one rewrites the substrate's /etc/hosts in a private mount

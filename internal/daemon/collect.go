@@ -40,6 +40,9 @@ func (d *Daemon) collect(ctx context.Context) *collect.Result {
 		Artifacts: t.Artifacts,
 		Root:      fmt.Sprintf("/proc/%d/root", d.target.PID),
 		Workdir:   d.cfg.Workdir,
+		// Each hook is the verifier's: its connections are judged by the
+		// verifier's policy, as the verifier's are.
+		OpenVisit: func() ([]string, func(int), func()) { return d.net.OpenAttributedVisit(d.cfg.Network.Verifier) },
 		Log:       d.log,
 	})
 	if err != nil {

@@ -256,3 +256,36 @@ retries = 2
 	r := s.sh(t, pyConnect+host.Addr.String()+" 80 | sed -E 's/Connection(Refused|Reset)Error/refused/'")
 	assert.Equal(t, "refused\n", r.stdout, "the agent stays at no-network: %s", r.stderr)
 }
+
+// Collect hooks are the verifier's: their connections are judged by the
+// verifier's policy (public here, while the agent's is no-network), and
+// what one prints reaches the harness dir's disk only up to its bound.
+func TestCollectHooksAreTheVerifiersAndBounded(t *testing.T) {
+	requireTool(t, "curl")
+	host := sandboxtest.NewTestHost(t)
+	hits := serveBanner(host.Listen(t, 80), "HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nup\n")
+	dir := taskDir(t, fmt.Sprintf(`[agent]
+network_mode = "no-network"
+[verifier]
+network_mode = "public"
+[[verifier.collect]]
+command = "curl -sS --max-time 5 http://%s/"
+timeout_sec = 10
+[[verifier.collect]]
+command = "head -c 20971520 /dev/zero"
+timeout_sec = 30
+`, host.Addr), "echo 1 > /logs/verifier/reward.txt")
+	s := serveTask(t, dir, config.Config{}, host.Addr.String()+"/32")
+	v := gradeNow(t, s)
+	require.Equal(t, grade.StatusGraded, v.Status, v.Message+v.StdoutTail)
+	require.NotNil(t, v.Collected)
+	require.Len(t, v.Collected.Hooks, 2)
+	reach, loud := v.Collected.Hooks[0], v.Collected.Hooks[1]
+	assert.Equal(t, 0, reach.ExitCode, "the hook reached the host under the verifier's policy: %s %s", reach.Error, reach.Output)
+	assert.NotZero(t, hits.Load())
+	assert.Equal(t, 0, loud.ExitCode, loud.Error)
+	assert.True(t, loud.OutputTruncated)
+	st, err := os.Stat(filepath.Join(v.Collected.Dir, loud.OutputFile))
+	require.NoError(t, err)
+	assert.EqualValues(t, 16<<20, st.Size(), "the output stops at its bound")
+}

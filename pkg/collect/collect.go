@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path"
@@ -48,7 +49,11 @@ type Config struct {
 	// Workdir is what a relative source is relative to.
 	Workdir string
 	Limits  Limits
-	Log     *slog.Logger
+	// OpenVisit, if set, opens the network visit of one hook (the
+	// verifier's policy, attributed by the visitor's pid): the proxy
+	// environment to add, the pid callback and the end of the visit.
+	OpenVisit func() (env []string, started func(pid int), done func())
+	Log       *slog.Logger
 }
 
 // Hook is a collect hook ready to run.
@@ -86,7 +91,9 @@ type HookRun struct {
 	DurationSec float64 `json:"duration_sec"`
 	Output      string  `json:"output_tail"` // the end of what it printed
 	OutputFile  string  `json:"output_file"` // all it printed, relative to Result.Dir
-	Error       string  `json:"error,omitempty"`
+	// OutputTruncated says the output file stops at maxHookOutput.
+	OutputTruncated bool   `json:"output_truncated,omitempty"`
+	Error           string `json:"error,omitempty"`
 }
 
 // Artifact is one artifact's outcome.
@@ -176,9 +183,25 @@ func runHook(ctx context.Context, cfg Config, dir string, i int, h Hook, log *sl
 	defer out.Close()
 	spec := h.Spec
 	spec.Argv = []string{"/bin/sh", "-c", h.Command}
+	view := cfg.View
+	if cfg.OpenVisit != nil {
+		env, started, done := cfg.OpenVisit()
+		defer done()
+		spec.Env = append(append([]string{}, env...), spec.Env...)
+		view.Started = started
+	}
+	// The hook prints what it likes (the agent's files, say): through a
+	// pipe, only maxHookOutput of it reaches the harness dir's disk.
+	pw, copied, err := boundedOutput(out, maxHookOutput)
+	if err != nil {
+		run.Error = err.Error()
+		return run
+	}
 	start := time.Now()
-	o, err := visit.Run(ctx, cfg.Target, cfg.View, spec, out, h.Timeout)
+	o, err := visit.Run(ctx, cfg.Target, view, spec, pw, h.Timeout)
+	pw.Close()
 	run.DurationSec = time.Since(start).Seconds()
+	run.OutputTruncated = copied()
 	run.Output = visit.Tail(out)
 	switch {
 	case err != nil:
@@ -220,4 +243,38 @@ func destination(a task.Artifact, workdir string) (src, dst string) {
 		dst = "root"
 	}
 	return src, path.Clean(dst)
+}
+
+// maxHookOutput bounds the output a hook keeps in the harness dir.
+const maxHookOutput = 16 << 20
+
+// boundedOutput is a pipe for a visitor's output whose first max bytes go
+// into f and the rest nowhere. copied waits for the copy (every writer gone:
+// the visitor's pid namespace ends with it) and says whether bytes were
+// dropped; the caller closes w once the visitor has ended.
+func boundedOutput(f *os.File, max int64) (w *os.File, copied func() (truncated bool), err error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("collect: a pipe for a hook's output: %w", err)
+	}
+	done := make(chan bool, 1)
+	go func() {
+		defer r.Close()
+		n, _ := io.CopyN(f, r, max)
+		dropped := int64(0)
+		if n == max {
+			dropped, _ = io.Copy(io.Discard, r)
+		}
+		done <- dropped > 0
+	}()
+	return w, func() bool {
+		select {
+		case t := <-done:
+			return t
+		case <-time.After(5 * time.Second):
+			// A writer outlived the visit: say so, leave the copy to end
+			// with it.
+			return true
+		}
+	}, nil
 }
