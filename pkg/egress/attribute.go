@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -27,7 +28,8 @@ import (
 type attributor struct {
 	diag *os.File // NETLINK_SOCK_DIAG inside the sandbox's network namespace; nil: nothing is attributed
 
-	diagMu sync.Mutex // one query at a time on diag
+	diagMu sync.Mutex    // one query at a time on diag
+	seq    atomic.Uint32 // the last request's netlink sequence number
 	mu     sync.Mutex
 	visits map[*visitRecord]struct{}
 }
@@ -173,6 +175,11 @@ func (a *attributor) query(family uint8, client, dst netip.AddrPort) (uint32, er
 // exchange sends req on the sock_diag socket and hands each message of
 // the answer to each, until it says the answer is complete.
 func (a *attributor) exchange(req []byte, bufSize int, each func(m syscall.NetlinkMessage) (done bool, err error)) error {
+	// Each request has a sequence number of its own, and only its answer is
+	// read: what is left of an exchange that ended early is skipped, never
+	// taken for this one's.
+	seq := a.seq.Add(1)
+	binary.NativeEndian.PutUint32(req[8:], seq)
 	fd := int(a.diag.Fd())
 	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("sock_diag: send: %w", err)
@@ -191,6 +198,9 @@ func (a *attributor) exchange(req []byte, bufSize int, each func(m syscall.Netli
 			return fmt.Errorf("sock_diag: %w", err)
 		}
 		for _, m := range msgs {
+			if m.Header.Seq != seq {
+				continue
+			}
 			if done, err := each(m); done || err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 
@@ -98,4 +99,45 @@ func BenchmarkAttribution(b *testing.B) {
 			}
 		}
 	})
+}
+
+// An exchange that ended early leaves the rest of its answer on the
+// socket; the next one reads only its own answer, by its sequence number,
+// never the leftover.
+func TestAttributionSkipsALeftoverAnswer(t *testing.T) {
+	a, done := diagHere(t)
+	defer done()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	var conns []net.Conn
+	for range 20 { // enough sockets that the dump's answer has many messages
+		c, err := net.Dial("tcp", ln.Addr().String())
+		require.NoError(t, err)
+		defer c.Close()
+		conns = append(conns, c)
+	}
+	// A dump of every TCP socket, abandoned at its first message.
+	first := 0
+	err = a.exchange(diagRequest(unix.AF_INET, unix.IPPROTO_TCP, unix.NLM_F_REQUEST|unix.NLM_F_DUMP), 32<<10,
+		func(m syscall.NetlinkMessage) (bool, error) { first++; return true, nil })
+	require.NoError(t, err)
+	require.Equal(t, 1, first)
+	c := conns[len(conns)-1]
+	client, dst := clientAddr(c.(*net.TCPConn).LocalAddr()), clientAddr(c.RemoteAddr())
+	got, err := a.inode(client, dst)
+	require.NoError(t, err)
+	want := socketInode(t, c)
+	assert.Equal(t, want, got, "the socket's own inode, not a leftover's")
+}
+
+// socketInode is the inode of c's socket, from /proc/self/fd.
+func socketInode(t *testing.T, c net.Conn) uint32 {
+	t.Helper()
+	f, err := c.(*net.TCPConn).File()
+	require.NoError(t, err)
+	defer f.Close()
+	var st unix.Stat_t
+	require.NoError(t, unix.Fstat(int(f.Fd()), &st))
+	return uint32(st.Ino)
 }
