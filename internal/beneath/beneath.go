@@ -9,6 +9,7 @@ package beneath
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"sort"
@@ -74,6 +75,32 @@ func NoFollowErr(err error) error {
 		return fmt.Errorf("%w (%w)", err, ErrNotDirectory)
 	}
 	return err
+}
+
+// ReadDirNamesAtMost lists at most max entries of the directory open at
+// dirfd, sorted, reading it a chunk at a time: a directory of millions of
+// entries the agent made costs no more than max names.
+func ReadDirNamesAtMost(dirfd int, max int) ([]string, error) {
+	fd, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "dir")
+	defer f.Close()
+	var names []string
+	for len(names) < max {
+		chunk, err := f.Readdirnames(min(1024, max-len(names)))
+		names = append(names, chunk...)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			sort.Strings(names)
+			return names, err
+		}
+	}
+	sort.Strings(names)
+	return names, nil
 }
 
 // ReadDirNames lists the directory open at dirfd, sorted.

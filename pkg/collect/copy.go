@@ -184,7 +184,9 @@ func (c *copier) dir(fd, dstDir int, name, rel string) error {
 		return err
 	}
 	defer unix.Close(rfd)
-	names, err := beneath.ReadDirNames(rfd)
+	// One more name than the budget has room for: enough to know that it
+	// runs out here, never a listing of all the agent made.
+	names, err := beneath.ReadDirNamesAtMost(rfd, max(c.budget.Entries, 0)+1)
 	if err != nil {
 		return err
 	}

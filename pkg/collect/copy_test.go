@@ -3,6 +3,7 @@ package collect
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -129,4 +130,26 @@ func TestArtifactsAreBounded(t *testing.T) {
 	assert.Equal(t, StatusPartial, res.Artifacts[0].Status)
 	assert.Equal(t, int64(2500), res.Artifacts[0].Bytes)
 	assert.Contains(t, res.Message, "stopped at 2500 bytes")
+}
+
+// A directory of more entries than the budget holds is listed no further
+// than the budget: the collection is partial and holds exactly the budget.
+func TestArtifactsListNoMoreThanTheBudget(t *testing.T) {
+	root := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "many"), 0o755))
+	for i := range 3000 {
+		require.NoError(t, os.WriteFile(filepath.Join(root, "many", fmt.Sprintf("f%05d", i)), nil, 0o644))
+	}
+	base := t.TempDir()
+	res, err := Run(context.Background(), Config{
+		Base: base, Root: root, Limits: Limits{Bytes: 1 << 20, Entries: 50},
+		Artifacts: []task.Artifact{{Source: "/many"}},
+	})
+	require.NoError(t, err)
+	require.Len(t, res.Artifacts, 1)
+	assert.Equal(t, StatusPartial, res.Artifacts[0].Status)
+	got, err := os.ReadDir(filepath.Join(res.Dir, res.Artifacts[0].Destination))
+	require.NoError(t, err)
+	assert.Less(t, len(got), 50, "no more than the budget's entries (the directory itself counts)")
+	assert.NotEmpty(t, got)
 }
