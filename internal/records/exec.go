@@ -106,6 +106,7 @@ type CountingWriter struct {
 	N *atomic.Int64
 }
 
+// Write counts what W took.
 func (c CountingWriter) Write(p []byte) (int, error) {
 	n, err := c.W.Write(p)
 	c.N.Add(int64(n))
@@ -138,4 +139,17 @@ func ParseSince(s string, now time.Time) (time.Time, error) {
 		return now.Add(-d), nil
 	}
 	return time.Time{}, fmt.Errorf("bad --since %q: write an RFC 3339 time (2026-12-01T10:00:00Z) or a duration back from now (10m)", s)
+}
+
+// CountingReader counts the bytes read through it into N.
+type CountingReader struct {
+	R io.Reader
+	N *atomic.Int64
+}
+
+// Read counts what R gave.
+func (c CountingReader) Read(p []byte) (int, error) {
+	n, err := c.R.Read(p)
+	c.N.Add(int64(n))
+	return n, err
 }

@@ -10,11 +10,15 @@ import (
 )
 
 // The bounds of recorded output (README, "Records"): the end of each
-// stream inline in the record, and the whole of it in a file beside the
-// records, until all such files of one daemon reach MaxArtifactBytes, so
-// that an agent printing forever cannot fill the harness dir's disk.
+// stream inline in the record, and the stream in a file beside the records
+// up to MaxStreamFile, until all such files of one daemon reach
+// MaxArtifactBytes, so that an agent printing forever cannot fill the
+// harness dir's disk. The per-stream bound also keeps a bulk transfer
+// (a 1 GiB cat over SSH) from being written to disk a second time: the
+// client gets all of it, the record its first 64 MiB and its end.
 const (
 	MaxInline        = 16 << 10
+	MaxStreamFile    = 64 << 20
 	MaxArtifactBytes = 1 << 30
 )
 
@@ -26,8 +30,8 @@ type Output struct {
 	StderrBytes int64  `json:"stderr_bytes"`
 	StdoutFile  string `json:"stdout_file,omitempty"` // the whole stream, relative to the records dir
 	StderrFile  string `json:"stderr_file,omitempty"`
-	// Truncated says that a file stops short of its stream: the disk cap
-	// was reached, or the disk was full.
+	// Truncated says that a file stops short of its stream: the stream
+	// passed MaxStreamFile, the disk cap was reached, or the disk was full.
 	Truncated bool `json:"truncated,omitempty"`
 }
 
@@ -108,7 +112,7 @@ func (s *stream) write(p []byte) {
 		return
 	}
 	s.l.mu.Lock()
-	room := MaxArtifactBytes - s.l.disk
+	room := min(MaxArtifactBytes-s.l.disk, MaxStreamFile-(s.n-int64(len(p))))
 	if room < int64(len(p)) {
 		p, s.cut = p[:max(room, 0)], true
 	}

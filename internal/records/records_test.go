@@ -2,6 +2,7 @@ package records
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,6 +56,27 @@ func TestCaptureStopsAtTheDiskCap(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "0123456789", string(whole))
 	assert.Equal(t, int64(16), o.StdoutBytes)
+}
+
+// A stream's file stops at MaxStreamFile: the client gets it all, the
+// record its first 64 MiB, its end inline and its whole size.
+func TestCaptureStopsEachStreamAtItsBound(t *testing.T) {
+	l, err := Open(t.TempDir())
+	require.NoError(t, err)
+	c := l.Capture("id3")
+	w := c.Stdout(io.Discard)
+	chunk := bytes.Repeat([]byte("x"), 1<<20)
+	for range MaxStreamFile>>20 + 3 {
+		_, err := w.Write(chunk)
+		require.NoError(t, err)
+	}
+	o := c.Close()
+	assert.True(t, o.Truncated)
+	assert.Equal(t, int64(MaxStreamFile+3<<20), o.StdoutBytes)
+	st, err := os.Stat(filepath.Join(l.Dir(), o.StdoutFile))
+	require.NoError(t, err)
+	assert.Equal(t, int64(MaxStreamFile), st.Size())
+	assert.Len(t, o.Stdout, MaxInline)
 }
 
 func TestReadFilters(t *testing.T) {

@@ -88,11 +88,14 @@ func (k *Catcher) serveConn(ctx context.Context, s *Proxy, c net.Conn, t *ticket
 	e.label = "caught:" + g.Label
 	names, rerr := k.judge(s, g.Policy, dst)
 	e.host = strings.Join(names, ",")
-	if rerr != nil {
+	refuse := func(rerr *refusal) {
 		e.verdict, e.reason = "deny", rerr.tag+": "+rerr.err.Error()
 		s.Audit.record(e)
 		s.Log.Info("egress: caught connection refused", "policy", g.Label, "client", client, "dst", dst, "err", rerr)
 		reset(c)
+	}
+	if rerr != nil {
+		refuse(rerr)
 		return
 	}
 	var early []byte
@@ -105,10 +108,7 @@ func (k *Catcher) serveConn(ctx context.Context, s *Proxy, c net.Conn, t *ticket
 			rerr = &refusal{tag: "name-address-mismatch", err: perr}
 		}
 		if rerr != nil {
-			e.verdict, e.reason = "deny", rerr.tag+": "+rerr.err.Error()
-			s.Audit.record(e)
-			s.Log.Info("egress: caught connection refused", "policy", g.Label, "client", client, "dst", dst, "err", rerr)
-			reset(c)
+			refuse(rerr)
 			return
 		}
 	}

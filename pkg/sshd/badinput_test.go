@@ -215,7 +215,9 @@ func TestBadInputLeavesNoTrace(t *testing.T) {
 
 	// More than the baseline is a trace; fewer is what an earlier test of
 	// the package left, ending meanwhile.
-	left := func(b baseline) bool { return b.fds > base.fds || b.goroutines > base.goroutines || b.procs > base.procs }
+	left := func(b baseline) bool {
+		return b.fds > base.fds || b.goroutines > base.goroutines || b.procs > base.procs
+	}
 	now := measure()
 	for deadline := time.Now().Add(15 * time.Second); left(now) && time.Now().Before(deadline); now = measure() {
 		time.Sleep(50 * time.Millisecond)

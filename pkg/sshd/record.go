@@ -80,15 +80,3 @@ func (cw countingWriter) Write(p []byte) (int, error) {
 	}
 	return n, err
 }
-
-// countingReader counts the bytes the client sent.
-type countingReader struct {
-	r io.Reader
-	n *atomic.Int64
-}
-
-func (cr countingReader) Read(p []byte) (int, error) {
-	n, err := cr.r.Read(p)
-	cr.n.Add(int64(n))
-	return n, err
-}

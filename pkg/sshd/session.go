@@ -304,7 +304,7 @@ func (ss *session) start(req *ssh.Request) {
 		Target:    ss.c.s.cfg.Target,
 		Spec:      spec,
 		PTY:       ss.pty,
-		Stdin:     countingReader{r: ss.ch, n: &ss.in},
+		Stdin:     records.CountingReader{R: ss.ch, N: &ss.in},
 		Leftovers: &ss.c.s.leftovers,
 	}
 	if ss.pty != nil {

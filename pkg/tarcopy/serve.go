@@ -2,7 +2,6 @@ package tarcopy
 
 import (
 	"context"
-	"io"
 	"os"
 	"path"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/internal/records"
 	"github.com/sandboxd/sandboxd/internal/tail"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/join"
@@ -57,7 +57,7 @@ func Serve(ctx context.Context, conn *control.Conn, t join.Target, c control.Cop
 	var stdin *os.File
 	var bytes atomic.Int64
 	if c.Out {
-		cmd.Stdout = counting{control.Writer{C: conn, Kind: control.KindStdout}, &bytes}
+		cmd.Stdout = records.CountingWriter{W: control.Writer{C: conn, Kind: control.KindStdout}, N: &bytes}
 	} else {
 		r, w, err := os.Pipe()
 		if err != nil {
@@ -112,17 +112,6 @@ func Serve(ctx context.Context, conn *control.Conn, t join.Target, c control.Cop
 		conn.Write(control.KindStderr, []byte(s))
 	}
 	return Outcome{Exit: exit, State: cmd.ProcessState, Bytes: bytes.Load()}, nil
-}
-
-type counting struct {
-	w io.Writer
-	n *atomic.Int64
-}
-
-func (c counting) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n.Add(int64(n))
-	return n, err
 }
 
 func flag(b bool) string {
