@@ -16,15 +16,23 @@ type Buffer struct {
 // New returns a Buffer that keeps the last max bytes.
 func New(max int) *Buffer { return &Buffer{max: max} }
 
-// Write keeps the end of p and what came before it, within the bound.
+// Write keeps the end of p and what came before it, within the bound. The
+// kept bytes move to the front of one buffer of the bound's size, so that a
+// stream relayed through it (a session's stdout) allocates nothing per
+// write once the buffer is full.
 func (t *Buffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > t.max {
-		t.buf = t.buf[len(t.buf)-t.max:]
+	n := len(p)
+	if n >= t.max {
+		t.buf = append(t.buf[:0], p[n-t.max:]...)
+		return n, nil
 	}
-	return len(p), nil
+	if over := len(t.buf) + n - t.max; over > 0 {
+		t.buf = t.buf[:copy(t.buf, t.buf[over:])]
+	}
+	t.buf = append(t.buf, p...)
+	return n, nil
 }
 
 // String returns what is kept.
