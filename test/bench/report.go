@@ -233,7 +233,7 @@ func (b *bench) writeReport() error {
 		{"CPU", fmt.Sprintf("%d × %s (`nproc` = %d)", m.nproc, m.model, m.nproc)},
 		{"memory", m.memory},
 		{"kernel", m.kernel},
-		{"load average (1, 5, 15 min)", fmt.Sprintf("%s before, %s after — the machine is shared with other engineers' test runs", m.loadBefore, m.loadAfter)},
+		{"load average (1, 5, 15 min)", fmt.Sprintf("%s before, %s after — the machine is shared with other work", m.loadBefore, m.loadAfter)},
 	}
 	for _, v := range m.versions {
 		rows = append(rows, []string{v[0], v[1]})
