@@ -66,6 +66,10 @@ func TestAdaptedTrialTasks(t *testing.T) {
 			f(t, images[name], tasks[name])
 		})
 	}
+	t.Run("files in and out of an image without OpenSSH", func(t *testing.T) {
+		t.Parallel()
+		e.filesWithoutOpenSSH(t, images["agent-error"])
+	})
 	t.Run("agent-host behind an upstream proxy", func(t *testing.T) {
 		t.Parallel()
 		e.upstreamProxy(t, images["agent-host"], tasks["agent-host"])
