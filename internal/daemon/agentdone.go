@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/control"
@@ -41,38 +40,4 @@ func (d *Daemon) agentDone(req control.Request) (AgentMarked, error) {
 	}
 	d.log.Info("agent outcome", "status", a.Status, "exit", a.ExitCode, "duration_sec", a.DurationSec, "session_remote", req.Remote)
 	return AgentMarked{ID: rec.ID}, nil
-}
-
-// agentDoneArg reads one argument of a harness key's `agent-done --status S
-// [--exit-code N] [--duration SEC] [--remote ADDR]` at fields[i], and
-// returns the index of its last word.
-func agentDoneArg(req *control.Request, fields []string, i int) (int, error) {
-	if req.Agent == nil {
-		req.Agent = &grade.Agent{}
-	}
-	if i+1 >= len(fields) {
-		return i, fmt.Errorf("%s needs a value", fields[i])
-	}
-	v := fields[i+1]
-	switch fields[i] {
-	case "--status":
-		req.Agent.Status = grade.AgentStatus(v)
-	case "--exit-code":
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return i, fmt.Errorf("bad --exit-code %q", v)
-		}
-		req.Agent.ExitCode = n
-	case "--duration":
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < 0 {
-			return i, fmt.Errorf("bad --duration %q: seconds", v)
-		}
-		req.Agent.DurationSec = f
-	case "--remote":
-		req.Remote = v
-	default:
-		return i, fmt.Errorf("unknown argument %q", fields[i])
-	}
-	return i + 1, nil
 }

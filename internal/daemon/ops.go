@@ -118,45 +118,16 @@ func (d *Daemon) harnessCommand(_ context.Context, command string, stdout, stder
 		return 2
 	}
 	name := fields[0]
-	op, ok := operations[name]
-	if !ok {
+	if _, ok := operations[name]; !ok {
 		fmt.Fprintf(stderr, "sandboxd: %q is not a control command; a harness key may run %s\n", name, opNames(false))
 		return 2
 	}
-	req := control.Request{Op: name}
-	asJSON := false
-	for i := 1; i < len(fields); i++ {
-		switch {
-		case name == "grade" && fields[i] == "--timeout" && i+1 < len(fields):
-			i++
-			if _, err := time.ParseDuration(fields[i]); err != nil {
-				fmt.Fprintf(stderr, "sandboxd: grade: bad --timeout %q\n", fields[i])
-				return 2
-			}
-			req.GradeTimeout = fields[i]
-		case name == "grade" && fields[i] == "--json":
-			asJSON = true
-		case name == "status" && fields[i] == "--ready":
-			op = operations["ready"]
-		case name == "records" && fields[i] == "--since" && i+1 < len(fields):
-			i++
-			req.Since = fields[i]
-		case name == "records" && fields[i] == "--session" && i+1 < len(fields):
-			i++
-			req.Session = fields[i]
-		case name == "agent-done":
-			var err error
-			if i, err = agentDoneArg(&req, fields, i); err != nil {
-				fmt.Fprintf(stderr, "sandboxd: agent-done: %v\n", err)
-				return 2
-			}
-		case name == "keys" && fields[i] == "--authorize":
-			// The key line is the rest of the command: ssh joins its words.
-			req.Authorize = strings.Join(fields[i+1:], " ")
-			i = len(fields)
-		}
+	req, asJSON, err := control.ParseCommand(fields)
+	if err != nil {
+		fmt.Fprintf(stderr, "sandboxd: %v\n", err)
+		return 2
 	}
-	res, err := op(d, req)
+	res, err := operations[req.Op](d, req)
 	if err != nil {
 		f := failure(err)
 		if name != "grade" {
