@@ -9,7 +9,8 @@ want=(bubblewrap util-linux procps)
 case "${1:-test}" in
   demo) want+=(openssh-client python3) ;;
   test) want+=(openssh-client openssh-server openssh-sftp-server python3 python3-paramiko python3-scp python3-asyncssh tmux curl git sudo asciinema
-               iproute2 debootstrap ca-certificates redis-server redis-tools tinyproxy squid dnsutils) ;;
+               iproute2 debootstrap ca-certificates redis-server redis-tools tinyproxy squid dnsutils
+               nodejs openjdk-17-jdk-headless) ;;
   *) echo "usage: $0 demo|test" >&2; exit 2 ;;
 esac
 
