@@ -48,12 +48,14 @@ func (d *Daemon) records(req control.Request) (Records, error) {
 		f.Since = t
 	}
 	f.Session = req.Session
-	recs, err := records.Read(d.harnessPath("records"), f)
+	// Read once: the agent marks are among all the records, whichever
+	// the filter keeps.
+	all, err := records.Read(d.harnessPath("records"), records.Filter{})
+	records.MarkAgentSessions(all, all)
+	recs := f.Select(all)
 	if recs == nil {
 		recs = []records.Record{}
 	}
-	all, _ := records.Read(d.harnessPath("records"), records.Filter{})
-	records.MarkAgentSessions(recs, all)
 	return recs, err
 }
 

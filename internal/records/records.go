@@ -200,6 +200,17 @@ func (f Filter) match(r *Record) bool {
 	return (f.Since.IsZero() || !r.End.Before(f.Since)) && (f.Session == "" || r.ID == f.Session)
 }
 
+// Select is the records of all that f selects, in their order.
+func (f Filter) Select(all []Record) []Record {
+	var out []Record
+	for i := range all {
+		if f.match(&all[i]) {
+			out = append(out, all[i])
+		}
+	}
+	return out
+}
+
 // Read reads the records in dir that f selects, oldest first.
 func Read(dir string, f Filter) ([]Record, error) {
 	fh, err := os.Open(filepath.Join(dir, file))

@@ -102,6 +102,9 @@ func TestReadFilters(t *testing.T) {
 			ids = append(ids, r.ID)
 		}
 		assert.Equal(t, c.want, ids, "%+v", c.f)
+		all, err := Read(l.Dir(), Filter{})
+		require.NoError(t, err)
+		assert.Equal(t, recs, c.f.Select(all), "Select keeps what Read keeps: %+v", c.f)
 	}
 }
 
