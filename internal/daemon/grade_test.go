@@ -146,13 +146,13 @@ func TestGradeWithoutTaskSaysWhatToDo(t *testing.T) {
 	assert.Contains(t, err.Error(), "--task")
 }
 
-// The task's healthcheck runs as a visitor (the agent never sees it) with
-// Docker's semantics, and status reports it.
-func TestHealthcheckReportsStartingHealthyUnhealthy(t *testing.T) {
+// flagHealthTask is a task whose healthcheck passes while the file flag
+// exists in its workdir, checked every 0.2 s and unhealthy after two misses.
+func flagHealthTask(t *testing.T, flag string) string {
+	t.Helper()
 	work := t.TempDir()
 	require.NoError(t, os.Chmod(work, 0o777))
-	flag := filepath.Join(work, "ready")
-	dir := taskDir(t, fmt.Sprintf(`[environment]
+	return taskDir(t, fmt.Sprintf(`[environment]
 workdir = %q
 [environment.healthcheck]
 command = "test -e %s"
@@ -161,7 +161,13 @@ start_interval_sec = 0.1
 start_period_sec = 0
 timeout_sec = 5
 retries = 2
-`, work, flag), "echo 1 > /logs/verifier/reward.txt")
+`, work, filepath.Join(work, flag)), "echo 1 > /logs/verifier/reward.txt")
+}
+
+// The task's healthcheck runs as a visitor (the agent never sees it) with
+// Docker's semantics, and status reports it.
+func TestHealthcheckReportsStartingHealthyUnhealthy(t *testing.T) {
+	dir := flagHealthTask(t, "ready")
 	s := serveTask(t, dir, config.Config{})
 	require.Eventually(t, func() bool { return s.d.Status().Health == HealthUnhealthy }, 20*time.Second, 50*time.Millisecond)
 	passed, state := s.d.HealthPassed()

@@ -3,9 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -52,18 +50,7 @@ func TestStatusUsage(t *testing.T) {
 // `status --ready` is 0 only when a session would be served: here the
 // SSH listener answers, and the task's healthcheck gates it.
 func TestStatusReady(t *testing.T) {
-	work := t.TempDir()
-	require.NoError(t, os.Chmod(work, 0o777))
-	flag := filepath.Join(work, "up")
-	dir := taskDir(t, fmt.Sprintf(`[environment]
-workdir = %q
-[environment.healthcheck]
-command = "test -e %s"
-interval_sec = 0.2
-start_interval_sec = 0.1
-timeout_sec = 5
-retries = 2
-`, work, flag), "echo 1 > /logs/verifier/reward.txt")
+	dir := flagHealthTask(t, "up")
 	s := serveTask(t, dir, config.Config{SSH: config.SSH{Listen: "127.0.0.1:0"}})
 	probe := func() (int, string) {
 		var out, errb bytes.Buffer
