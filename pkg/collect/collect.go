@@ -272,8 +272,9 @@ func boundedOutput(f *os.File, max int64) (w *os.File, copied func() (truncated 
 		case t := <-done:
 			return t
 		case <-time.After(5 * time.Second):
-			// A writer outlived the visit: say so, leave the copy to end
-			// with it.
+			// A writer outlived the visit: what it writes from now on
+			// is not kept.
+			r.Close()
 			return true
 		}
 	}, nil
