@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/forkthread"
 	"github.com/sandboxd/sandboxd/internal/procfs"
 )
 
@@ -129,7 +130,13 @@ func (b *bench) startProc(name string, cmd *exec.Cmd, logPath string, stop sysca
 	}
 	cmd.SysProcAttr.Setpgid = true
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	if err := cmd.Start(); err != nil {
+	// Pdeathsig fires when the thread that forked the child exits, and the
+	// runtime retires threads (a goroutine that ends locked to a thread in
+	// a test host's namespace takes its thread along): fork from the one
+	// thread that lives as long as the bench, as the daemon does.
+	var err error
+	forkthread.Do(func() { err = cmd.Start() })
+	if err != nil {
 		if logFile != nil {
 			logFile.Close()
 		}

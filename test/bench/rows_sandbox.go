@@ -15,6 +15,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/forkthread"
 )
 
 // benchReady: `sandboxd serve` from start to ready (its control socket
@@ -281,7 +283,8 @@ func (b *bench) serveReady(ctx context.Context, harness string) (float64, error)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	t0 := time.Now()
-	if err := cmd.Start(); err != nil {
+	forkthread.Do(func() { err = cmd.Start() }) // Pdeathsig: see startProc
+	if err != nil {
 		return 0, err
 	}
 	done := make(chan error, 1)

@@ -18,6 +18,8 @@ import (
 
 	"github.com/creack/pty"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/sandboxd/sandboxd/internal/forkthread"
 )
 
 // sshPair is the two SSH servers measured with the same Go client.
@@ -352,7 +354,7 @@ func localPTYRound(ctx context.Context, b *bench, n int, dur time.Duration) (sam
 		cmd := exec.Command("/bin/sh", "-c", "cat >/dev/null")
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Pdeathsig: syscall.SIGKILL}
-		err = cmd.Start()
+		forkthread.Do(func() { err = cmd.Start() }) // Pdeathsig: see startProc
 		tty.Close()
 		if err != nil {
 			master.Close()
