@@ -49,8 +49,11 @@ const (
 type requests struct {
 	r       *bufio.Reader
 	out     *replies
+	files   *files // open files, served here (files.go); nil: all pkg/sftp's
 	left    int    // bytes of the current packet still to pass as they are
 	pending []byte // a whole packet, as read or rewritten, to pass first
+	passed  int    // requests passed to pkg/sftp after INIT, each answered once
+	inited  bool   // INIT has been passed: pkg/sftp answers nothing before it
 }
 
 func (q *requests) Read(p []byte) (int, error) {
@@ -74,7 +77,17 @@ func (q *requests) Read(p []byte) (int, error) {
 			return 0, err
 		}
 		length, typ := int(binary.BigEndian.Uint32(head)), head[4]
-		if (typ != fxpMkdir && typ != fxpExtended) || length > maxFiltered {
+		ours := q.files != nil && q.inited
+		if ours && typ == fxpWrite {
+			if done, err := q.files.write(q, length); done || err != nil {
+				if err != nil {
+					return 0, err
+				}
+				continue
+			}
+		}
+		if !(ours && q.files.owns(typ, length)) && ((typ != fxpMkdir && typ != fxpExtended) || length > maxFiltered) {
+			q.pass(typ)
 			q.left = 4 + length
 			continue
 		}
@@ -82,7 +95,29 @@ func (q *requests) Read(p []byte) (int, error) {
 		if _, err := io.ReadFull(q.r, pkt); err != nil {
 			return 0, err
 		}
-		q.pending = q.filter(pkt)
+		if ours && q.files.owns(typ, length) {
+			done, err := q.files.serve(q, pkt)
+			if err != nil {
+				return 0, err
+			}
+			if done {
+				continue
+			}
+		}
+		if q.pending = q.filter(pkt); q.pending != nil {
+			q.pass(typ)
+		}
+	}
+}
+
+// pass counts a request that pkg/sftp will answer.
+func (q *requests) pass(typ byte) {
+	if typ == fxpInit {
+		q.inited = true
+		return
+	}
+	if q.inited {
+		q.passed++
 	}
 }
 
@@ -124,13 +159,15 @@ func (q *requests) filter(pkt []byte) []byte {
 // replies is pkg/sftp's side, written to the client. It follows packet
 // boundaries, so that an answer of ours goes between two packets.
 type replies struct {
-	mu      sync.Mutex
-	w       io.Writer
-	left    int    // bytes of the current packet still to come
-	head    []byte // a packet's length while it is incomplete
-	version []byte // the first packet (VERSION) until it is whole; nil once sent
-	queued  []byte // answers of ours waiting for a boundary
-	err     error
+	mu       sync.Mutex
+	changed  *sync.Cond // a packet ended, or the stream failed
+	w        io.Writer
+	answered int    // pkg/sftp's packets written whole after VERSION
+	left     int    // bytes of the current packet still to come
+	head     []byte // a packet's length while it is incomplete
+	version  []byte // the first packet (VERSION) until it is whole; nil once sent
+	queued   []byte // answers of ours waiting for a boundary
+	err      error
 }
 
 func newReplies(w io.Writer) *replies {
@@ -154,7 +191,7 @@ func (r *replies) Write(p []byte) (int, error) {
 		rest := r.version[whole:]
 		v := r.version[:whole]
 		if v[4] == fxpVersion {
-			v = withExtension(v, limitsExt, "1")
+			v = withOurExtensions(v)
 		}
 		r.version = nil
 		if _, r.err = r.w.Write(v); r.err != nil {
@@ -170,7 +207,33 @@ func (r *replies) Write(p []byte) (int, error) {
 	}
 	r.track(p)
 	r.flush()
+	if r.changed != nil {
+		r.changed.Broadcast()
+	}
 	return n, nil
+}
+
+// exclusive runs fn, which answers one request of ours on w, once
+// pkg/sftp has answered the passed requests before it: then the stream is
+// between packets and stays ours until fn returns, as pkg/sftp has nothing
+// left to answer and gets the next request only after this one.
+func (r *replies) exclusive(passed int, fn func(w io.Writer) error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.changed == nil {
+		r.changed = sync.NewCond(&r.mu)
+	}
+	for r.err == nil && (r.answered < passed || r.version != nil) {
+		r.changed.Wait()
+	}
+	if r.err != nil {
+		return r.err
+	}
+	r.flush()
+	if r.err == nil {
+		r.err = fn(r.w)
+	}
+	return r.err
 }
 
 // track follows the packets in p, which has been written.
@@ -183,12 +246,18 @@ func (r *replies) track(p []byte) {
 			if len(r.head) == 4 {
 				r.left = int(binary.BigEndian.Uint32(r.head))
 				r.head = r.head[:0]
+				if r.left == 0 {
+					r.answered++
+				}
 			}
 			continue
 		}
 		take := min(r.left, len(p))
 		r.left -= take
 		p = p[take:]
+		if r.left == 0 {
+			r.answered++
+		}
 	}
 }
 
@@ -239,6 +308,12 @@ func setstatNothing(id uint32, path string) []byte {
 	return finish(b)
 }
 
+// withOurExtensions adds the extensions served in front of pkg/sftp to a
+// VERSION packet: limits (here) and fsync on an open file (files.go).
+func withOurExtensions(v []byte) []byte {
+	return withExtension(withExtension(v, limitsExt, "1"), fsyncExt, "1")
+}
+
 // withExtension adds a name/data pair to a VERSION packet.
 func withExtension(v []byte, name, data string) []byte {
 	b := append([]byte(nil), v...)
@@ -286,6 +361,11 @@ func (d *decoder) uint32() uint32 {
 	v := binary.BigEndian.Uint32(d.b)
 	d.b = d.b[4:]
 	return v
+}
+
+func (d *decoder) uint64() uint64 {
+	hi, lo := d.uint32(), d.uint32()
+	return uint64(hi)<<32 | uint64(lo)
 }
 
 func (d *decoder) string() string {

@@ -32,8 +32,8 @@ func TestRepliesInjectBetweenPackets(t *testing.T) {
 	require.NoError(t, err)
 
 	got := out.Bytes()
-	v := withExtension(version, limitsExt, "1")
-	require.True(t, bytes.HasPrefix(got, v), "VERSION carries limits@openssh.com")
+	v := withOurExtensions(version)
+	require.True(t, bytes.HasPrefix(got, v), "VERSION carries limits@openssh.com and fsync@openssh.com")
 	got = got[len(v):]
 	assert.Equal(t, data, got[:len(data)], "the data packet whole")
 	assert.Equal(t, ours, got[len(data):], "then ours")

@@ -60,6 +60,20 @@ func run(args []string) int {
 	return 2
 }
 
+// pipeFd is f's descriptor if it is a pipe, which splice(2) moves data
+// through, and -1 otherwise.
+func pipeFd(f any) int {
+	file, ok := f.(*os.File)
+	if !ok {
+		return -1
+	}
+	var st unix.Stat_t
+	if unix.Fstat(int(file.Fd()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return -1
+	}
+	return int(file.Fd())
+}
+
 // stdio is the channel as one stream for the sftp server.
 type stdio struct {
 	io.Reader
@@ -69,9 +83,9 @@ type stdio struct {
 // serveSFTP serves SFTP v3 with OpenSSH's extensions (posix-rename,
 // statvfs, hardlink, limits) until the client closes the channel. Paths are
 // relative to the working directory, as OpenSSH's sftp-server has them.
-// The allocator reuses packet buffers: without it, the garbage of small
-// writes keeps an upload below OpenSSH's server (test/bench, sftp); and
-// with limits@openssh.com (filter.go), reads answer up to maxIO bytes.
+// Open files and their data are served in front of pkg/sftp (files.go);
+// with limits@openssh.com (filter.go), reads and writes move up to maxIO
+// bytes.
 func serveSFTP(in io.Reader, out io.WriteCloser) int {
 	// Bigger pipes (as far as an unprivileged process may: pipe-max-size)
 	// let the daemon's relay run ahead by a few 255 KiB requests instead of
@@ -80,8 +94,10 @@ func serveSFTP(in io.Reader, out io.WriteCloser) int {
 		unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, 1<<20)
 	}
 	replies := newReplies(out)
-	requests := &requests{r: bufio.NewReaderSize(in, 64<<10), out: replies}
-	srv, err := sftp.NewServer(stdio{requests, replies}, sftp.WithAllocator(), sftp.WithMaxTxPacket(maxIO))
+	// The reader holds little, so that the data of a WRITE is spliced
+	// from the channel rather than copied out of its buffer (files.go).
+	requests := &requests{r: bufio.NewReaderSize(in, 4<<10), out: replies, files: newFiles(pipeFd(in), pipeFd(out))}
+	srv, err := sftp.NewServer(stdio{requests, replies}, sftp.WithMaxTxPacket(maxIO))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sandboxd: sftp server: %v\n", err)
 		return 1
