@@ -231,6 +231,7 @@ func forkFailure(stage int32, errno syscall.Errno) string {
 		stageSession:     "start a session",
 		stageDescriptors: "pass descriptors",
 		stageExec:        "exec sandboxd's own binary",
+		stageSockets:     "pass the sockets made inside the sandbox back",
 	}[stage]
 	if what == "" {
 		what = "start inside the sandbox"

@@ -57,6 +57,7 @@ type forkPlan struct {
 	enter      *enterPlan     // the agent's command to become (nil: exec the binary at exe)
 	cgroup     []int          // cgroup.procs descriptors to write "0" into: join the agent's cgroup
 	record     *[2]int32      // what the copy writes on the report pipe
+	sockets    *socketPlan    // instead of an exec: make these sockets, pass them back and exit (sockets_linux.go)
 }
 
 // Stages a failure in the forked copy is reported with, as the negative
@@ -81,6 +82,7 @@ const (
 	stageInheritable
 	stageDir
 	stageKeyring
+	stageSockets
 )
 
 var (
@@ -162,6 +164,13 @@ func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 			stage = stageSetns
 			goto fail
 		}
+	}
+	if p.sockets != nil {
+		if errno = makeSockets(p.sockets); errno != 0 {
+			stage = stageSockets
+			goto fail
+		}
+		syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 0, 0, 0)
 	}
 	if p.newPIDNS {
 		if _, _, errno = syscall.RawSyscall(unix.SYS_UNSHARE, unix.CLONE_NEWPID, 0, 0); errno != 0 {

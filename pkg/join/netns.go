@@ -18,10 +18,12 @@ import (
 
 // The daemon cannot setns into the sandbox's network namespace (it lacks
 // CAP_SYS_ADMIN over its owner, and a threaded process cannot join the user
-// namespace first: docs/failures.md#sockets-inside-come-from-a-helper). A
-// short-lived child joins the sandbox's user and network namespaces only,
-// makes the sockets there, hands them back over a unix socket (SCM_RIGHTS)
-// and exits. A socket stays in the namespace it was
+// namespace first: docs/failures.md#sockets-inside-come-from-a-helper).
+// Listeners, UDP and netlink sockets are made by a forked copy
+// (sockets_linux.go); a connection, which may wait for its peer, by a
+// short-lived child in the netns role: it joins the sandbox's user and
+// network namespaces only, connects there, hands the socket back over a
+// unix socket (SCM_RIGHTS) and exits. A socket stays in the namespace it was
 // made in, and the daemon serves it from any goroutine. The child never enters
 // the sandbox's pid or mount namespace, so the agent never sees it.
 
@@ -39,41 +41,36 @@ type netnsReply struct {
 // error in errs (a port already taken inside, say), so the caller can choose
 // another address.
 func (t Target) Listen(ctx context.Context, addrs []netip.AddrPort) (lns []net.Listener, errs []error, err error) {
-	return netnsSockets(ctx, t, "listen", addrs, net.FileListener)
+	return adoptSockets(ctx, t, TCPListener, addrs, net.FileListener)
 }
 
 // ListenPacket makes a UDP socket inside the sandbox's network namespace,
 // bound to each address (the resolver's), with per-address errors as
 // Listen gives them.
 func (t Target) ListenPacket(ctx context.Context, addrs []netip.AddrPort) (pcs []net.PacketConn, errs []error, err error) {
-	return netnsSockets(ctx, t, "udp", addrs, net.FilePacketConn)
+	return adoptSockets(ctx, t, UDPSocket, addrs, net.FilePacketConn)
 }
 
-// netnsSockets has the helper make one socket per address with verb, and
-// adopts each; a nil entry comes with its error.
-func netnsSockets[T any](ctx context.Context, t Target, verb string, addrs []netip.AddrPort, adopt func(*os.File) (T, error)) ([]T, []error, error) {
-	args := []string{verb}
-	for _, a := range addrs {
-		args = append(args, a.String())
+// adoptSockets makes one socket of kind per address and adopts each; a nil
+// entry comes with its error.
+func adoptSockets[T any](ctx context.Context, t Target, kind SocketKind, addrs []netip.AddrPort, adopt func(*os.File) (T, error)) ([]T, []error, error) {
+	specs := make([]SocketSpec, len(addrs))
+	for i, a := range addrs {
+		specs[i] = SocketSpec{Kind: kind, Addr: a}
 	}
-	files, perAddr, err := t.netnsCall(ctx, args, len(addrs))
+	files, errs, err := t.Sockets(ctx, specs)
 	if err != nil {
 		return nil, nil, err
 	}
 	out := make([]T, len(addrs))
-	errs := make([]error, len(addrs))
-	next := 0
-	for i := range addrs {
-		if perAddr[i] != "" {
-			errs[i] = errors.New(perAddr[i])
+	for i, f := range files {
+		if f == nil {
 			continue
 		}
-		f := files[next]
-		next++
 		s, err := adopt(f)
 		f.Close()
 		if err != nil {
-			errs[i] = fmt.Errorf("adopt the %s socket for %s: %w", verb, addrs[i], err)
+			errs[i] = fmt.Errorf("adopt the socket for %s: %w", specs[i].describe(), err)
 			continue
 		}
 		out[i] = s
@@ -90,17 +87,17 @@ func (t Target) SockDiag(ctx context.Context) (*os.File, error) {
 }
 
 // Netlink opens a netlink socket of protocol proto inside the sandbox's
-// network namespace. Its opener is the joined helper, which holds
+// network namespace. Its opener is the joined copy, which holds
 // CAP_NET_ADMIN there; the daemon, the owner of the sandbox's user
 // namespace, may then use it for what takes that capability (the rules'
 // log).
 func (t Target) Netlink(ctx context.Context, proto int) (*os.File, error) {
-	files, perAddr, err := t.netnsCall(ctx, []string{"netlink", fmt.Sprintf("0.0.0.0:%d", proto)}, 1)
+	files, errs, err := t.Sockets(ctx, []SocketSpec{{Kind: NetlinkSocket, Proto: proto}})
 	if err != nil {
 		return nil, err
 	}
-	if perAddr[0] != "" {
-		return nil, fmt.Errorf("netlink socket inside the sandbox: %s", perAddr[0])
+	if errs[0] != nil {
+		return nil, fmt.Errorf("netlink socket inside the sandbox: %w", errs[0])
 	}
 	return files[0], nil
 }
@@ -150,22 +147,14 @@ func (t Target) netnsCall(ctx context.Context, args []string, n int) ([]*os.File
 	if err := json.Unmarshal(buf[:nr], &reply); err != nil || len(reply.Errors) != n {
 		return nil, nil, fmt.Errorf("netns helper answer %q: %v", buf[:nr], err)
 	}
+	fds, err := passedDescriptors(oob[:noob])
+	if err != nil {
+		return nil, nil, err
+	}
 	var files []*os.File
-	if noob > 0 {
-		msgs, err := unix.ParseSocketControlMessage(oob[:noob])
-		if err != nil {
-			return nil, nil, fmt.Errorf("parse passed descriptors: %w", err)
-		}
-		for _, m := range msgs {
-			fds, err := unix.ParseUnixRights(&m)
-			if err != nil {
-				return nil, nil, fmt.Errorf("parse passed descriptors: %w", err)
-			}
-			for _, fd := range fds {
-				unix.CloseOnExec(fd)
-				files = append(files, os.NewFile(uintptr(fd), "sandbox-socket"))
-			}
-		}
+	for _, fd := range fds {
+		unix.CloseOnExec(fd)
+		files = append(files, os.NewFile(uintptr(fd), "sandbox-socket"))
 	}
 	return files, reply.Errors, nil
 }
@@ -174,7 +163,7 @@ func (t Target) netnsCall(ctx context.Context, args []string, n int) ([]*os.File
 func netnsChild(args []string) int {
 	conn := 4
 	if len(args) < 2 {
-		fmt.Fprintln(os.Stderr, "netns: usage: listen|udp|dial|netlink ADDR...")
+		fmt.Fprintln(os.Stderr, "netns: usage: dial ADDR...")
 		return 2
 	}
 	verb, addrs := args[0], args[1:]
@@ -205,57 +194,30 @@ func netnsChild(args []string) int {
 	return 0
 }
 
+// sandboxSocket connects to ap from the sandbox's network namespace (verb
+// is "dial", the role's only one).
 func sandboxSocket(verb string, ap netip.AddrPort) (int, error) {
-	if verb == "netlink" { // the port is the protocol
-		return unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(ap.Port()))
+	if verb != "dial" {
+		return -1, fmt.Errorf("unknown verb %q", verb)
 	}
 	family := unix.AF_INET
+	var sa unix.Sockaddr = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().Unmap().As4()}
 	if ap.Addr().Is6() && !ap.Addr().Is4In6() {
 		family = unix.AF_INET6
+		sa = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
 	}
-	typ := unix.SOCK_STREAM
-	if verb == "udp" {
-		typ = unix.SOCK_DGRAM
-	}
-	fd, err := unix.Socket(family, typ|unix.SOCK_CLOEXEC, 0)
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
 	}
-	var sa unix.Sockaddr
-	if family == unix.AF_INET {
-		sa = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().Unmap().As4()}
-	} else {
-		sa = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
-	}
-	switch verb {
-	case "listen":
-		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
-		if err := unix.Bind(fd, sa); err != nil {
-			unix.Close(fd)
-			return -1, fmt.Errorf("bind %s: %w", ap, err)
-		}
-		if err := unix.Listen(fd, 4096); err != nil {
-			unix.Close(fd)
-			return -1, fmt.Errorf("listen %s: %w", ap, err)
-		}
-	case "udp":
-		if err := unix.Bind(fd, sa); err != nil {
-			unix.Close(fd)
-			return -1, fmt.Errorf("bind %s/udp: %w", ap, err)
-		}
-	case "dial":
-		tv := unix.Timeval{Sec: 10}
-		unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
-		if err := unix.Connect(fd, sa); err != nil {
-			unix.Close(fd)
-			if errors.Is(err, syscall.ECONNREFUSED) {
-				return -1, fmt.Errorf("connection refused: nothing listens on %s inside the sandbox", ap)
-			}
-			return -1, fmt.Errorf("connect %s: %w", ap, err)
-		}
-	default:
+	tv := unix.Timeval{Sec: 10}
+	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
+	if err := unix.Connect(fd, sa); err != nil {
 		unix.Close(fd)
-		return -1, fmt.Errorf("unknown verb %q", verb)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return -1, fmt.Errorf("connection refused: nothing listens on %s inside the sandbox", ap)
+		}
+		return -1, fmt.Errorf("connect %s: %w", ap, err)
 	}
 	return fd, nil
 }
