@@ -239,6 +239,9 @@ func TestRequestsAreAnsweredInTheirOrder(t *testing.T) {
 	typ, id, body = c.recv()
 	assert.Equal(t, []any{byte(fxpStatus), uint32(9), uint32(fxEOF)}, []any{typ, id, binary.BigEndian.Uint32(body)}, "nothing was written")
 
+	// A packet too short for an id is pkg/sftp's to refuse: the server
+	// ends with its error (a panic here would end the test binary).
+	w.Write([]byte{0, 0, 0, 0, fxpMkdir, 0, 0, 0})
 	w.Close()
-	assert.Equal(t, 0, <-done, "the server ends when the client closes")
+	assert.Equal(t, 1, <-done, "pkg/sftp's error for the short packet")
 }

@@ -77,6 +77,13 @@ func (q *requests) Read(p []byte) (int, error) {
 			return 0, err
 		}
 		length, typ := int(binary.BigEndian.Uint32(head)), head[4]
+		if length < 5 {
+			// Too short for a type and an id: nothing here reads it, and
+			// pkg/sftp says what it makes of it.
+			q.pass(0)
+			q.left = 4 + length
+			continue
+		}
 		ours := q.files != nil && q.inited
 		if ours && typ == fxpWrite {
 			if done, err := q.files.write(q, length); done || err != nil {
