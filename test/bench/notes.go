@@ -37,7 +37,7 @@ var missExplanations = map[string]func(b *bench) string{
 		return "The bare chain is four small C programs; `sandboxd exec` is a Go process start (the CLI), the control socket round trip, the daemon's fork and the relay. " + goStartCost
 	},
 	"ssh-rtt": func(b *bench) string {
-		return "The target assumed an sshd exec of ≈ 100 ms (issue 3). On this machine that figure is root's ~/.bashrc (`pyenv init`), which Debian's bash sources for every command sshd runs — see the note under the method; with the same shell work on both sides sshd's exec is fork + bash, a few ms, and ≤ 0.1× of it is out of reach for any design that joins namespaces with a fresh process per exec. sandboxd's exec is a fork of the daemon that joins (7 setns and a second fork) and execs bash. " + goStartCost
+		return "Both servers fork and exec the same shell for each command, so 1× is the floor of this row (an earlier target of 0.1× took a machine's ~/.bashrc for sshd's own cost). sandboxd's exec is a fork of the daemon that joins (7 setns and a second fork) and execs bash. " + goStartCost
 	},
 	"ssh-conn": func(b *bench) string {
 		return "The connection itself (key exchange: mlkem768x25519 against sshd's curve25519; public-key auth) is cheaper on sandboxd than sshd's re-exec per connection; what is left is the one exec, see the round-trip row."

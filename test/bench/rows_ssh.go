@@ -97,7 +97,7 @@ func (b *bench) sshRoundTrip(ctx context.Context, peer, ours *sshTarget) error {
 		return err
 	}
 	cpuP, cpuO := (treeCPU(b.sshd_.p.PID())-cpuP0)/float64(n), (treeCPU(b.main_.p.PID())-cpuO0)/float64(n)
-	r := b.addPair("ssh-rtt", fmt.Sprintf("SSH exec round trip, %d × `true` on one connection", n), "ms", "OpenSSH sshd", s, 0.1, true)
+	r := b.addPair("ssh-rtt", fmt.Sprintf("SSH exec round trip, %d × `true` on one connection", n), "ms", "OpenSSH sshd", s, 1, true)
 	var sumP, sumO float64
 	for i := range s[0] {
 		sumP += s[0][i]
