@@ -207,10 +207,16 @@ func run(t testing.TB, cmd *exec.Cmd, stdin string) result {
 	done := make(chan error, 1)
 	require.NoError(t, cmd.Start())
 	go func() { done <- cmd.Wait() }()
+	// A client that moves the 1 GiB files (SANDBOXD_TEST_1GIB=1) four
+	// times over, paramiko's pure-Python SFTP among them, takes minutes.
+	bound := 60 * time.Second
+	if transferSize() > 64<<20 {
+		bound = 15 * time.Minute
+	}
 	var err error
 	select {
 	case err = <-done:
-	case <-time.After(60 * time.Second):
+	case <-time.After(bound):
 		cmd.Process.Kill()
 		<-done
 		t.Fatalf("%v hung; stdout %q stderr %q", cmd.Args, out.String(), errb.String())
