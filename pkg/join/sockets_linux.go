@@ -81,6 +81,9 @@ func (t Target) Sockets(ctx context.Context, specs []SocketSpec) (files []*os.Fi
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
+	if len(specs) == 0 {
+		return nil, nil, nil
+	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("socketpair: %w", err)
@@ -140,12 +143,15 @@ func (t Target) Sockets(ctx context.Context, specs []SocketSpec) (files []*os.Fi
 	result := make([]byte, len(sp.result))
 	oob := make([]byte, len(sp.oob))
 	n, noob, _, _, err := unix.Recvmsg(pair[0], result, oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
-	if err != nil || n != len(result) {
-		return nil, nil, fmt.Errorf("the sandbox's sockets were not passed back (%d bytes: %v)", n, err)
-	}
-	fds, err := passedDescriptors(oob[:noob])
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("the sandbox's sockets were not passed back: %w", err)
+	}
+	fds, perr := passedDescriptors(oob[:noob])
+	if perr != nil || n != len(result) {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, nil, fmt.Errorf("the sandbox's sockets came back malformed (%d bytes of %d: %v)", n, len(result), perr)
 	}
 	files, errs = make([]*os.File, len(specs)), make([]error, len(specs))
 	for i, s := range specs {

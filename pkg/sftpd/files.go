@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -77,6 +78,26 @@ type files struct {
 	out   int    // the answers' side
 	stage [2]int // a pipe a READ's data passes through on its way out
 	buf   []byte // data that cannot be spliced
+	// inFlight: data spliced from a file may still sit in the channel's
+	// pipe, where its pages are the file's own (settle).
+	inFlight bool
+}
+
+// settle waits until the channel's pipe holds none of the data spliced
+// into it. Until the daemon has read it, that data is the file's page
+// cache, not a copy: a WRITE, a truncation or a SETSTAT served after a
+// READ would change what the READ answered, which OpenSSH's server, which
+// copies, never does. The wait is the daemon's reading of at most the
+// pipe (1 MiB), and only when a change follows a read.
+func (f *files) settle() {
+	for f.inFlight {
+		n, err := unix.IoctlGetInt(f.out, unix.TIOCINQ) // FIONREAD: bytes in the pipe
+		if err != nil || n == 0 {
+			f.inFlight = false
+			return
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
 }
 
 func newFiles(in, out int) *files {
@@ -100,6 +121,7 @@ func (f *files) serve(q *requests, pkt []byte) (bool, error) {
 	id := d.uint32()
 	typ := pkt[4]
 	if typ == fxpOpen {
+		f.settle() // O_TRUNC
 		return true, q.out.exclusive(q.passed, func(w io.Writer) error {
 			return f.openFile(w, id, &d)
 		})
@@ -130,6 +152,7 @@ func (f *files) serve(q *requests, pkt []byte) (bool, error) {
 			}
 			return send(w, attrsOf(packet(fxpAttrs, id), &st))
 		case fxpFsetstat:
+			f.settle()
 			return status(w, id, fsetstat(fd, &d))
 		default: // fsync@openssh.com
 			return status(w, id, unix.Fsync(fd))
@@ -192,6 +215,7 @@ func (f *files) read(w io.Writer, id uint32, fd int, off int64, n int) error {
 			if err := send(w, dataHead(id, got)); err != nil {
 				return err
 			}
+			f.inFlight = true
 			return f.spliceOut(got)
 		case !errors.Is(err, unix.EINVAL):
 			return status(w, id, err)
@@ -258,6 +282,9 @@ func (f *files) spliceIn(fd int, off int64, n int) (int, error) {
 			continue
 		}
 		if err == unix.EAGAIN {
+			if got == 0 {
+				return 0, err // a file that would block (a FIFO): no data, never EOF
+			}
 			break // the stage is full (never, at its size): a short read
 		}
 		if err != nil {
@@ -299,6 +326,9 @@ func (f *files) spliceOut(n int) error {
 // through memory. It reports false, having read nothing, for a WRITE that
 // is pkg/sftp's.
 func (f *files) write(q *requests, length int) (bool, error) {
+	if length < 1+writeHead {
+		return false, nil // too short for a WRITE's fields: pkg/sftp's to refuse
+	}
 	head, err := q.r.Peek(5 + 8)
 	if err != nil {
 		return false, nil
@@ -319,6 +349,7 @@ func (f *files) write(q *requests, length int) (bool, error) {
 	}
 	off, dlen := int64(d.uint64()), int(d.uint32())
 	rest := length - (1 + writeHead + hlen) // the packet's bytes after the header
+	f.settle()
 	if _, err := q.r.Discard(5 + writeHead + hlen); err != nil {
 		return true, err
 	}
@@ -365,7 +396,8 @@ func (f *files) fill(q *requests, fd int, off int64, n int) (werr, err error) {
 			f.in = -1 // a file that cannot be spliced into: copied from now on
 			continue
 		case serr != nil:
-			werr = serr
+			werr = serr // the file's: the rest is dropped below
+			continue
 		case m == 0:
 			return nil, io.ErrUnexpectedEOF
 		}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -239,9 +240,60 @@ func TestRequestsAreAnsweredInTheirOrder(t *testing.T) {
 	typ, id, body = c.recv()
 	assert.Equal(t, []any{byte(fxpStatus), uint32(9), uint32(fxEOF)}, []any{typ, id, binary.BigEndian.Uint32(body)}, "nothing was written")
 
+	// A WRITE the file refuses (opened for reading) past what the reader
+	// holds ahead: the error is answered, the rest of its data dropped,
+	// and the next request is read where it begins.
+	c.send(fxpOpen, 11, str("g"), u32(pflagRead), u32(0))
+	_, _, body = c.recv()
+	ro := string(body[4:])
+	// The header alone first, so that none of the data is read ahead
+	// with it and all of it meets the file through splice.
+	data := bytes.Repeat([]byte("x"), 64<<10)
+	write := finish(append(append(append(appendString(packet(fxpWrite, 12), ro), u64(0)...), u32(uint32(len(data)))...), data...))
+	head := len(write) - len(data)
+	_, err = w.Write(write[:head])
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond)
+	_, err = w.Write(write[head:])
+	require.NoError(t, err)
+	typ, id, body = c.recv()
+	assert.Equal(t, []any{byte(fxpStatus), uint32(12)}, []any{typ, id})
+	assert.NotEqual(t, uint32(fxOK), binary.BigEndian.Uint32(body), "a read-only file")
+	c.send(fxpFstat, 13, str(ro))
+	typ, id, _ = c.recv()
+	assert.Equal(t, []any{byte(fxpAttrs), uint32(13)}, []any{typ, id}, "the stream is whole after it")
+
 	// A packet too short for an id is pkg/sftp's to refuse: the server
 	// ends with its error (a panic here would end the test binary).
 	w.Write([]byte{0, 0, 0, 0, fxpMkdir, 0, 0, 0})
 	w.Close()
 	assert.Equal(t, 1, <-done, "pkg/sftp's error for the short packet")
+}
+
+// TestAReadAnswersWhatTheFileHeldThen: a READ's data, spliced, is the
+// file's page cache until the daemon reads it from the pipe; a WRITE of the
+// same bytes sent right after it must not change what the READ answers.
+func TestAReadAnswersWhatTheFileHeldThen(t *testing.T) {
+	dir, w, r, _ := served(t, true)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "f"), []byte("old-old-old"), 0o644))
+	c := raw{t, w, r}
+	c.w.Write(finish(append([]byte{0, 0, 0, 0, fxpInit}, u32(3)...)))
+	c.recv()
+	c.send(fxpOpen, 1, str("f"), u32(pflagRead|pflagWrite), u32(0))
+	_, _, body := c.recv()
+	h := string(body[4:])
+
+	for round := range 20 {
+		old := fmt.Sprintf("old-%07d", round)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "f"), []byte(old), 0o644))
+		// Both sent before either answer is read: the READ's data waits in
+		// the pipe while the WRITE arrives.
+		c.send(fxpRead, 2, str(h), u64(0), u32(11))
+		c.send(fxpWrite, 3, str(h), u64(0), str("NEW-NEW-NEW"))
+		typ, id, body := c.recv()
+		require.Equal(t, []any{byte(fxpData), uint32(2)}, []any{typ, id})
+		assert.Equal(t, old, string(body[4:]), "round %d: the READ answers what the file held when it was read", round)
+		typ, id, body = c.recv()
+		require.Equal(t, []any{byte(fxpStatus), uint32(3), uint32(fxOK)}, []any{typ, id, binary.BigEndian.Uint32(body)})
+	}
 }

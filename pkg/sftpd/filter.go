@@ -52,7 +52,7 @@ type requests struct {
 	files   *files // open files, served here (files.go); nil: all pkg/sftp's
 	left    int    // bytes of the current packet still to pass as they are
 	pending []byte // a whole packet, as read or rewritten, to pass first
-	passed  int    // requests passed to pkg/sftp after INIT, each answered once
+	passed  int    // requests passed to pkg/sftp, each answered with one packet
 	inited  bool   // INIT has been passed: pkg/sftp answers nothing before it
 }
 
@@ -93,6 +93,9 @@ func (q *requests) Read(p []byte) (int, error) {
 				continue
 			}
 		}
+		if q.files != nil && typ == fxpSetstat {
+			q.files.settle() // a truncation by path, after a spliced READ
+		}
 		if !(ours && q.files.owns(typ, length)) && ((typ != fxpMkdir && typ != fxpExtended) || length > maxFiltered) {
 			q.pass(typ)
 			q.left = 4 + length
@@ -117,15 +120,12 @@ func (q *requests) Read(p []byte) (int, error) {
 	}
 }
 
-// pass counts a request that pkg/sftp will answer.
+// pass counts a request that pkg/sftp will answer, each with one packet
+// (INIT with VERSION, whenever it comes); requests of ours are served only
+// once an INIT has been passed.
 func (q *requests) pass(typ byte) {
-	if typ == fxpInit {
-		q.inited = true
-		return
-	}
-	if q.inited {
-		q.passed++
-	}
+	q.inited = q.inited || typ == fxpInit
+	q.passed++
 }
 
 // filter answers or rewrites one whole request; nil means it was answered.
@@ -169,7 +169,7 @@ type replies struct {
 	mu       sync.Mutex
 	changed  *sync.Cond // a packet ended, or the stream failed
 	w        io.Writer
-	answered int    // pkg/sftp's packets written whole after VERSION
+	answered int    // pkg/sftp's packets written whole, VERSION included
 	left     int    // bytes of the current packet still to come
 	head     []byte // a packet's length while it is incomplete
 	version  []byte // the first packet (VERSION) until it is whole; nil once sent
@@ -184,6 +184,13 @@ func newReplies(w io.Writer) *replies {
 func (r *replies) Write(p []byte) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// Whatever this write did (a packet ended, VERSION went out, the
+	// stream failed), a waiter in exclusive looks again.
+	defer func() {
+		if r.changed != nil {
+			r.changed.Broadcast()
+		}
+	}()
 	if r.err != nil {
 		return 0, r.err
 	}
@@ -204,6 +211,7 @@ func (r *replies) Write(p []byte) (int, error) {
 		if _, r.err = r.w.Write(v); r.err != nil {
 			return 0, r.err
 		}
+		r.answered++ // INIT's answer: pass counts INIT too
 		p = rest
 	}
 	if len(p) == 0 {
@@ -214,9 +222,6 @@ func (r *replies) Write(p []byte) (int, error) {
 	}
 	r.track(p)
 	r.flush()
-	if r.changed != nil {
-		r.changed.Broadcast()
-	}
 	return n, nil
 }
 
@@ -230,7 +235,7 @@ func (r *replies) exclusive(passed int, fn func(w io.Writer) error) error {
 	if r.changed == nil {
 		r.changed = sync.NewCond(&r.mu)
 	}
-	for r.err == nil && (r.answered < passed || r.version != nil) {
+	for r.err == nil && (r.answered < passed || r.version != nil || r.left != 0 || len(r.head) != 0) {
 		r.changed.Wait()
 	}
 	if r.err != nil {
