@@ -202,7 +202,7 @@ func sandboxSocket(verb string, ap netip.AddrPort) (int, error) {
 	}
 	family := unix.AF_INET
 	var sa unix.Sockaddr = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().Unmap().As4()}
-	if ap.Addr().Is6() && !ap.Addr().Is4In6() {
+	if !isIPv4(ap.Addr()) {
 		family = unix.AF_INET6
 		sa = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
 	}

@@ -172,6 +172,11 @@ func (t Target) Sockets(ctx context.Context, specs []SocketSpec) (files []*os.Fi
 	return files, errs, nil
 }
 
+// isIPv4 says whether a is made an AF_INET socket's address (an IPv4
+// address, or one mapped into IPv6), for the sockets made here and the
+// netns role's connections alike.
+func isIPv4(a netip.Addr) bool { return a.Is4() || a.Is4In6() }
+
 // passedDescriptors are the descriptors of a message's SCM_RIGHTS parts.
 func passedDescriptors(oob []byte) ([]int, error) {
 	if len(oob) == 0 {
@@ -201,7 +206,7 @@ func rawSocketOf(s SocketSpec) rawSocket {
 		r.typ = unix.SOCK_DGRAM
 	}
 	port := s.Addr.Port()
-	if a := s.Addr.Addr(); a.Is4() || a.Is4In6() {
+	if a := s.Addr.Addr(); isIPv4(a) {
 		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&r.addr[0]))
 		sa.Family = unix.AF_INET
 		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:], port)

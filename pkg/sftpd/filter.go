@@ -96,7 +96,10 @@ func (q *requests) Read(p []byte) (int, error) {
 		if q.files != nil && typ == fxpSetstat {
 			q.files.settle() // a truncation by path, after a spliced READ
 		}
-		if !(ours && q.files.owns(typ, length)) && ((typ != fxpMkdir && typ != fxpExtended) || length > maxFiltered) {
+		// Read whole: a request that may be one of ours (files.go), or one
+		// the filter answers or rewrites; every other packet passes as it is.
+		whole := ours && q.files.owns(typ, length)
+		if !whole && ((typ != fxpMkdir && typ != fxpExtended) || length > maxFiltered) {
 			q.pass(typ)
 			q.left = 4 + length
 			continue
@@ -105,7 +108,7 @@ func (q *requests) Read(p []byte) (int, error) {
 		if _, err := io.ReadFull(q.r, pkt); err != nil {
 			return 0, err
 		}
-		if ours && q.files.owns(typ, length) {
+		if whole {
 			done, err := q.files.serve(q, pkt)
 			if err != nil {
 				return 0, err
