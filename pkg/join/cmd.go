@@ -146,20 +146,19 @@ func (c *Cmd) Start() error {
 			return err
 		}
 	}
-	var report [2]int
-	if err := unix.Pipe2(report[:], unix.O_CLOEXEC); err != nil {
+	reportR, reportW, err := reportPipe()
+	if err != nil {
 		return fmt.Errorf("join: report pipe: %w", err)
 	}
-	reportR := os.NewFile(uintptr(report[0]), "join-report")
 	defer reportR.Close()
-	plan.report = report[1]
+	plan.report = reportW
 
 	var pid int
 	var errno syscall.Errno
 	fork := func() {
-		syscall.ForkLock.Lock()
+		forkBegin()
 		pid, errno = forkJoined(plan)
-		syscall.ForkLock.Unlock()
+		forkEnd()
 	}
 	if c.Pdeathsig != 0 {
 		// The signal fires when the forking *thread* ends
@@ -168,7 +167,7 @@ func (c *Cmd) Start() error {
 	} else {
 		fork()
 	}
-	unix.Close(report[1])
+	unix.Close(reportW)
 	if errno != 0 {
 		closeAll(c.closeAfterWait)
 		return fmt.Errorf("join: fork: %w", errno)
@@ -329,6 +328,7 @@ func (c *Cmd) Wait() error {
 		return errors.New("join: Wait was already called")
 	}
 	c.waited = true
+	awaitExit(c.Process.Pid)
 	state, err := c.Process.Wait()
 	c.ProcessState = state
 	copied := make(chan struct{})

@@ -114,18 +114,17 @@ func (t Target) Sockets(ctx context.Context, specs []SocketSpec) (files []*os.Fi
 		}
 		plan.namespaces = append(plan.namespaces, int(f.Fd()))
 	}
-	var report [2]int
-	if err := unix.Pipe2(report[:], unix.O_CLOEXEC); err != nil {
+	reportR, reportW, err := reportPipe()
+	if err != nil {
 		return nil, nil, fmt.Errorf("join: report pipe: %w", err)
 	}
-	reportR := os.NewFile(uintptr(report[0]), "join-report")
 	defer reportR.Close()
-	plan.report = report[1]
+	plan.report = reportW
 
-	syscall.ForkLock.Lock()
+	forkBegin()
 	pid, errno := forkJoined(plan)
-	syscall.ForkLock.Unlock()
-	unix.Close(report[1])
+	forkEnd()
+	unix.Close(reportW)
 	if errno != 0 {
 		return nil, nil, fmt.Errorf("join: fork: %w", errno)
 	}

@@ -63,13 +63,13 @@ var missExplanations = map[string]func(b *bench) string{
 		return "CONNECT relays with io.Copy between the two TCP connections, which Go turns into splice(2): the proxy itself is not copying. What is left is two loopback hops against one (a bare splice proxy in Go measured 0.40–0.56× direct here, issue 4) and this machine's load."
 	},
 	"egress-plain": func(b *bench) string {
-		return "copyBody (pkg/egress/forward.go) moves every byte of a plain-HTTP body through user space in 32 KiB read/write pairs, through the idleConn wrapper: in a perf profile of the daemon during a 2 GiB GET, copyBody is 89% of its CPU and read(2)+write(2) 82% (kernel copies _copy_to_iter/_copy_from_iter and the wake-ups they cause). CONNECT, through the same proxy, relays with io.Copy between *net.TCPConn, i.e. splice(2), and reaches about twice the plain rate. For an identity-framed body (Content-Length in and out, the large-download case) the proxy could flush the head, hand the bufio reader's buffered bytes over, and io.CopyN the rest between the raw TCP connections (splice), with the idle timeout kept by a read deadline as relay() does; a larger buffer alone would cut the syscalls but not the copies."
+		return "A body of known length is spliced between the two TCP connections once the bytes the reader already holds are passed on (spliceBody, pkg/egress/forward.go), as CONNECT relays a tunnel; a chunked body goes through CopyBody's pooled 32 KiB buffer (pkg/egress/internal/http1). What is left is two loopback hops against one and the parsing of each request and response head. No profile of the current build is recorded for this row."
 	},
 	"egress-small-p50": func(b *bench) string {
 		return "See the p99 row."
 	},
 	"egress-small-p99": func(b *bench) string {
-		return "p50 is ahead of both peers; the tail is the daemon's garbage collector. copyBody allocates a fresh 32 KiB buffer for every response body, however small (forward.go: make([]byte, 32<<10)), so a run of small requests allocates ~35 KB per request against a heap of a few MB: with GODEBUG=gctrace=1 the daemon ran 67 collections in 6000 requests (one every ~90, each 0.5–3.5 ms of concurrent marking on one of the two cores), which lands in about 1% of requests — the p99. Reusing the buffer (a sync.Pool, or one per client connection) or sizing it by Content-Length removes it; the decision and close audit records written per request are small by comparison."
+		return "p50 is ahead of both peers. The tail was the daemon's garbage collector while CopyBody allocated a fresh 32 KiB buffer for every response body (67 collections in 6000 requests with GODEBUG=gctrace=1); its buffers are pooled now (pkg/egress/internal/http1, bodyBuffers). The tail that remains has not been profiled again; the decision and close audit records written per request are what each request still allocates."
 	},
 }
 
