@@ -157,7 +157,9 @@ func (c *Cmd) Start() error {
 	var errno syscall.Errno
 	fork := func() {
 		forkBegin()
+		st := staging.stage(plan)
 		pid, errno = forkJoined(plan)
+		staging.unstage(st)
 		forkEnd()
 	}
 	if c.Pdeathsig != 0 {

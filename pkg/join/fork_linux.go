@@ -58,6 +58,7 @@ type forkPlan struct {
 	cgroup     []int          // cgroup.procs descriptors to write "0" into: join the agent's cgroup
 	record     *[2]int32      // what the copy writes on the report pipe
 	sockets    *socketPlan    // instead of an exec: make these sockets, pass them back and exit (sockets_linux.go)
+	filesBelow int            // > 0: fork sharing the descriptor table and keep only those beneath it (forkfiles_linux.go)
 }
 
 // Stages a failure in the forked copy is reported with, as the negative
@@ -132,8 +133,12 @@ func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 		nextfd = report + 1
 	}
 
+	flags := uintptr(syscall.SIGCHLD) | shareMemory
+	if p.filesBelow > 0 {
+		flags |= unix.CLONE_FILES
+	}
 	runtime_BeforeFork()
-	r1, errno = rawVfork(uintptr(syscall.SIGCHLD) | shareMemory)
+	r1, errno = rawVfork(flags)
 	if errno != 0 || r1 != 0 {
 		runtime_AfterFork()
 		return int(r1), errno
@@ -141,6 +146,14 @@ func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 
 	// The forked copy, single-threaded.
 	runtime_AfterForkInChild()
+	if p.filesBelow > 0 {
+		// Before anything else: until this returns, the copy's descriptor
+		// table is the daemon's own.
+		if _, _, errno = syscall.RawSyscall(unix.SYS_CLOSE_RANGE, uintptr(p.filesBelow), uintptr(^uint32(0)), unix.CLOSE_RANGE_UNSHARE); errno != 0 {
+			stage = stageDescriptors
+			goto fail
+		}
+	}
 	for i = 0; i < len(p.cgroup); i++ {
 		if _, _, errno = syscall.RawSyscall(syscall.SYS_WRITE, uintptr(p.cgroup[i]), uintptr(unsafe.Pointer(&zero[0])), 1); errno != 0 {
 			stage = stageCgroup

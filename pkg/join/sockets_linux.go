@@ -122,7 +122,9 @@ func (t Target) Sockets(ctx context.Context, specs []SocketSpec) (files []*os.Fi
 	plan.report = reportW
 
 	forkBegin()
+	st := staging.stage(plan)
 	pid, errno := forkJoined(plan)
+	staging.unstage(st)
 	forkEnd()
 	unix.Close(reportW)
 	if errno != 0 {

@@ -202,6 +202,9 @@ func (b *bench) explain(id string) string {
 	if fn, ok := missExplanations[id]; ok {
 		return fn(b)
 	}
+	if fn, ok := missExplanations[strings.SplitN(id, "-", 2)[0]]; ok {
+		return fn(b)
+	}
 	return "No profile of this miss is recorded yet."
 }
 

@@ -65,8 +65,23 @@ func (b *bench) execScaling(ctx context.Context) error {
 		}
 		b.logf("%d concurrent SSH execs of `true` (%d each): sshd p50 %.1f p99 %.1f ms; sandboxd p50 %.1f p99 %.1f ms",
 			n, perWorker, lat[0].pct(50), lat[0].pct(99), lat[1].pct(50), lat[1].pct(99))
+		if n > 1 {
+			b.addScaling(n, lat)
+		}
 	}
 	return nil
+}
+
+// addScaling adds the target rows of one concurrency level: p50 and p99 of
+// every exec, each ≤ 1× sshd's.
+func (b *bench) addScaling(n int, lat []samples) {
+	for _, q := range []float64{50, 99} {
+		r := &result{id: fmt.Sprintf("scaling-%d-p%.0f", n, q), name: fmt.Sprintf("%d concurrent SSH sessions, exec of `true`, p%.0f", n, q),
+			unit: "ms", peer: "OpenSSH sshd", peerV: lat[0].pct(q), ours: lat[1].pct(q), n: len(lat[1]), target: 1, lessIsOK: true}
+		r.detail = "every exec of every session, both rounds (the How cost grows table)"
+		b.results = append(b.results, r)
+		b.logf("%s: %s %s ms, sandboxd %s ms → %.3f× (target %s) %s", r.name, r.peer, fmtNum(r.peerV), fmtNum(r.ours), r.ratio(), r.targetText(), verdict(r.met()))
+	}
 }
 
 // concurrentExecs runs n workers, each doing count execs of `true` one after
