@@ -156,11 +156,13 @@ func (c *Cmd) Start() error {
 	var pid int
 	var errno syscall.Errno
 	fork := func() {
+		forkAdmit()
 		forkBegin()
 		st := staging.stage(plan)
 		pid, errno = forkJoined(plan)
 		staging.unstage(st)
 		forkEnd()
+		forkDone()
 	}
 	if c.Pdeathsig != 0 {
 		// The signal fires when the forking *thread* ends
