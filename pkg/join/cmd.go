@@ -156,13 +156,7 @@ func (c *Cmd) Start() error {
 	var pid int
 	var errno syscall.Errno
 	fork := func() {
-		forkAdmit()
-		forkBegin()
-		st := staging.stage(plan)
-		pid, errno = forkJoined(plan)
-		staging.unstage(st)
-		forkEnd()
-		forkDone()
+		pid, errno = forkInTurn(plan)
 	}
 	if c.Pdeathsig != 0 {
 		// The signal fires when the forking *thread* ends

@@ -41,6 +41,18 @@ var forkTurns = make(chan struct{}, runtime.GOMAXPROCS(0))
 func forkAdmit() { forkTurns <- struct{}{} }
 func forkDone()  { <-forkTurns }
 
+// forkInTurn forks the copy of p in its turn, under the shared ForkLock,
+// with its descriptors staged where that is possible (forkfiles_linux.go).
+func forkInTurn(p *forkPlan) (pid int, errno syscall.Errno) {
+	forkAdmit()
+	defer forkDone()
+	forkBegin()
+	defer forkEnd()
+	st := staging.stage(p)
+	defer staging.unstage(st)
+	return forkJoined(p)
+}
+
 // forkBegin is called before a fork, forkEnd once the copy has exec'd or
 // exited (rawVfork returns then).
 func forkBegin() {

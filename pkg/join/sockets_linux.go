@@ -121,13 +121,7 @@ func (t Target) Sockets(ctx context.Context, specs []SocketSpec) (files []*os.Fi
 	defer reportR.Close()
 	plan.report = reportW
 
-	forkAdmit()
-	forkBegin()
-	st := staging.stage(plan)
-	pid, errno := forkJoined(plan)
-	staging.unstage(st)
-	forkEnd()
-	forkDone()
+	pid, errno := forkInTurn(plan)
 	unix.Close(reportW)
 	if errno != 0 {
 		return nil, nil, fmt.Errorf("join: fork: %w", errno)
