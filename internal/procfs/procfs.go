@@ -1,5 +1,6 @@
-// Package procfs reads the processes that /proc shows: their pids and the
-// fields of /proc/PID/stat that sandboxd acts on.
+// Package procfs reads the processes that /proc shows: their pids, the
+// fields of /proc/PID/stat that sandboxd acts on, and this process's thread
+// count.
 package procfs
 
 import (
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 )
 
 // PIDs lists the processes visible in this pid namespace.
@@ -87,4 +89,16 @@ func ReadStat(pid int) (Stat, error) {
 		st.ArgEnd, _ = strconv.ParseUint(string(f[46]), 10, 64)
 	}
 	return st, nil
+}
+
+// Threads is how many threads this process has (0 when /proc cannot say).
+func Threads() int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	_, rest, _ := strings.Cut(string(b), "\nThreads:")
+	line, _, _ := strings.Cut(rest, "\n")
+	n, _ := strconv.Atoi(strings.TrimSpace(line))
+	return n
 }

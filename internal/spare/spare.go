@@ -12,10 +12,7 @@
 package spare
 
 import (
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 )
 
@@ -49,16 +46,4 @@ func Threads(n int) error {
 	close(release)
 	done.Wait()
 	return nil
-}
-
-// threadCount is how many threads this process has.
-func threadCount() int {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	_, rest, _ := strings.Cut(string(b), "\nThreads:")
-	line, _, _ := strings.Cut(rest, "\n")
-	n, _ := strconv.Atoi(strings.TrimSpace(line))
-	return n
 }

@@ -5,13 +5,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/internal/procfs"
 )
 
 // After Threads(n) the process has n threads more than it needed before,
 // parked for later: the runtime does not end idle threads.
 func TestThreadsStayMadeForLater(t *testing.T) {
-	before := threadCount()
+	before := procfs.Threads()
 	require.NotZero(t, before)
 	require.NoError(t, Threads(before+32))
-	assert.GreaterOrEqual(t, threadCount(), before+32)
+	assert.GreaterOrEqual(t, procfs.Threads(), before+32)
 }

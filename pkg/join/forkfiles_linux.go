@@ -69,11 +69,12 @@ func (s *stagingPool) start() {
 	s.usable = len(s.free) > 0 && probeUnshareBelow(s.bound) == 0
 }
 
-// staged is the descriptors of one plan moved onto slots; undo puts the
-// plan's own numbers back and frees the slots.
+// staged is the descriptors of one plan moved onto slots: the plan's fields
+// that now name a slot, what they named before, and the slots taken.
 type staged struct {
-	slots []int
-	undo  []func()
+	fields []*int
+	olds   []int
+	slots  []int
 }
 
 // stage moves every descriptor of p at or above the bound onto a slot and
@@ -125,25 +126,25 @@ func (s *stagingPool) stage(p *forkPlan) *staged {
 	}
 	for _, f := range fields {
 		if slot, ok := need[*f]; ok {
-			f, old := f, *f
+			st.fields, st.olds = append(st.fields, f), append(st.olds, *f)
 			*f = slot
-			st.undo = append(st.undo, func() { *f = old })
 		}
 	}
 	p.filesBelow = s.bound
-	st.undo = append(st.undo, func() { p.filesBelow = 0 })
 	s.forks.Add(1)
 	return st
 }
 
-// unstage is called once the copy has exec'd or exited.
-func (s *stagingPool) unstage(st *staged) {
+// unstage is called once the copy of p has exec'd or exited: p names its
+// own descriptors again, and the slots are freed.
+func (s *stagingPool) unstage(p *forkPlan, st *staged) {
 	if st == nil {
 		return
 	}
-	for _, u := range st.undo {
-		u()
+	for i, f := range st.fields {
+		*f = st.olds[i]
 	}
+	p.filesBelow = 0
 	s.release(st)
 }
 

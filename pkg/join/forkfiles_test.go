@@ -77,3 +77,27 @@ func TestStagedDescriptorsAreLetGo(t *testing.T) {
 	// ls, its three descriptors and the one it lists from.
 	assert.Equal(t, "4\n", errOut.String(), "the command holds descriptors it was not given")
 }
+
+// Where no slot is free, a copy gets the daemon's whole descriptor table, as
+// every copy did before staging, and the command runs as it would have:
+// with its own descriptors only.
+func TestACopyWithoutFreeSlotsGetsTheWholeTable(t *testing.T) {
+	sb := sandboxtest.Start(t, bwrap.Config{})
+	release := join.HoldStagingSlots()
+	defer release()
+	// Every free number below the bound taken, so that the command's pipes
+	// sit above it and would need a slot.
+	for {
+		f, err := os.Open(os.DevNull)
+		require.NoError(t, err)
+		defer f.Close()
+		if int(f.Fd()) >= join.StagingBound() {
+			break
+		}
+	}
+	before := join.StagedForks()
+	r := sb.Sh(t, "0", "echo ran; ls /proc/self/fd | wc -l")
+	assert.Equal(t, 0, r.Code, r.Stderr)
+	assert.Equal(t, "ran\n4\n", r.Stdout)
+	assert.Equal(t, before, join.StagedForks(), "a fork was staged with no slot free")
+}

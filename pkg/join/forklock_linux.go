@@ -49,7 +49,7 @@ func forkInTurn(p *forkPlan) (pid int, errno syscall.Errno) {
 	forkBegin()
 	defer forkEnd()
 	st := staging.stage(p)
-	defer staging.unstage(st)
+	defer staging.unstage(p, st)
 	return forkJoined(p)
 }
 

@@ -3,7 +3,6 @@ package join_test
 import (
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,21 +10,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxd/sandboxd/internal/procfs"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/join"
 )
-
-func threads(t *testing.T) int {
-	b, err := os.ReadFile("/proc/self/status")
-	require.NoError(t, err)
-	_, rest, _ := strings.Cut(string(b), "\nThreads:")
-	line, _, _ := strings.Cut(rest, "\n")
-	n, err := strconv.Atoi(strings.TrimSpace(line))
-	require.NoError(t, err)
-	return n
-}
 
 // Commands that are waited for park their goroutines on a pidfd: forty
 // running commands do not take forty OS threads blocked in waitid(2), which
@@ -45,7 +35,7 @@ func TestWaitingCommandsHoldNoThreads(t *testing.T) {
 		require.NoError(t, err)
 		procs = append(procs, p)
 	}
-	before := threads(t)
+	before := procfs.Threads()
 	codes := make([]int, n)
 	var waiting, done sync.WaitGroup
 	waiting.Add(n)
@@ -65,7 +55,7 @@ func TestWaitingCommandsHoldNoThreads(t *testing.T) {
 	// Give every waiter the time to reach its wait; a thread blocked in
 	// waitid would show in the count from then on.
 	time.Sleep(300 * time.Millisecond)
-	during := threads(t)
+	during := procfs.Threads()
 	require.NoError(t, os.WriteFile(release, nil, 0o644))
 	done.Wait()
 	assert.Less(t, during-before, n/2, "threads before the waits %d, during %d", before, during)
