@@ -27,6 +27,7 @@ import (
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
 	"github.com/sandboxd/sandboxd/pkg/join"
+	"github.com/sandboxd/sandboxd/pkg/netrules"
 	"github.com/sandboxd/sandboxd/pkg/ptyrelay"
 	"github.com/sandboxd/sandboxd/pkg/sshd"
 )
@@ -55,6 +56,9 @@ type Daemon struct {
 	// hostSockets are, on a bare host, the host's sockets as serve found
 	// them at start: masked in the sandbox and in every visitor's view.
 	hostSockets []string
+	// rules are the network rules inside the sandbox, kept for adding to
+	// their answered set.
+	rules *netrules.Rules
 
 	started time.Time
 	stop    context.CancelFunc

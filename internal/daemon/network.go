@@ -30,13 +30,21 @@ func agentFiles(n *egress.Wiring) []bwrap.DataFile {
 // catchRules installs, inside the sandbox, the rules that send every
 // outbound connection to the daemon's transparent listener.
 func (d *Daemon) catchRules(ctx context.Context, p netrules.Plan) error {
-	return netrules.Apply(ctx, d.target, p)
+	r, err := netrules.Apply(ctx, d.target, p)
+	if err != nil {
+		return err
+	}
+	d.rules = r
+	// Registered before the network's own end, so it runs after it: no
+	// answer is being added by then.
+	d.down.Add(func() { r.Close() })
+	return nil
 }
 
 // addAnswered adds addresses answered for names to the rules' answered
 // set inside the sandbox.
 func (d *Daemon) addAnswered(ctx context.Context, addrs []netip.Addr) error {
-	return netrules.AddAnswered(ctx, d.target, addrs)
+	return d.rules.AddAnswered(addrs)
 }
 
 // writeVisitorResolvConf writes the sandbox's resolv.conf for the visitors'

@@ -221,10 +221,12 @@ func Run(ctx context.Context, cfg Config) Report {
 // kernel or the runtime refuses them, serve refuses to start.
 func networkRules(ctx context.Context, t join.Target) Check {
 	plan := netrules.Plan{Catch: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), egress.CatchPort), DNS: egress.ResolverAddr}
-	if err := netrules.Apply(ctx, t, plan); err != nil {
+	rules, err := netrules.Apply(ctx, t, plan)
+	if err != nil {
 		return Check{Name: "network rules", Detail: err.Error(),
 			Fix: "the sandbox's outbound connections cannot be caught (nf_tables with NAT, reject and conntrack in a user namespace): use a kernel and runtime that allow them, or serve --allow-degraded for the explicit proxy alone"}
 	}
+	rules.Close()
 	return Check{Name: "network rules", OK: true, Detail: "the default route through lo and the nftables rules that catch every outbound connection were installed"}
 }
 

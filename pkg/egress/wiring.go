@@ -259,7 +259,7 @@ type StartConfig struct {
 	// connection is caught, and no listener is made for them.
 	Catch func(ctx context.Context, plan netrules.Plan) error
 	// AddAnswered adds addresses to the rules' answered set
-	// (netrules.AddAnswered on the sandbox); with it, where no phase is
+	// (netrules.Rules.AddAnswered); with it, where no phase is
 	// public, a connection to an address never answered for a name is
 	// refused before the handshake. nil: such connections are reset by
 	// the listener instead, after it.

@@ -89,8 +89,8 @@ func (t Target) SockDiag(ctx context.Context) (*os.File, error) {
 // Netlink opens a netlink socket of protocol proto inside the sandbox's
 // network namespace. Its opener is the joined copy, which holds
 // CAP_NET_ADMIN there; the daemon, the owner of the sandbox's user
-// namespace, may then use it for what takes that capability (the rules'
-// log).
+// namespace, may then use it for what takes that capability (the network
+// rules, their answered set and their log).
 func (t Target) Netlink(ctx context.Context, proto int) (*os.File, error) {
 	files, errs, err := t.Sockets(ctx, []SocketSpec{{Kind: NetlinkSocket, Proto: proto}})
 	if err != nil {

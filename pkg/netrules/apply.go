@@ -2,116 +2,98 @@ package netrules
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
-	"strings"
+	"sync"
 
 	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/internal/childproc"
-	"github.com/sandboxd/sandboxd/internal/tail"
 	"github.com/sandboxd/sandboxd/pkg/join"
 )
 
-const (
-	role         = "netrules"
-	roleAnswered = "netrules-answered"
-)
-
-func init() {
-	childproc.Add(role, child)
-	childproc.Add(roleAnswered, answeredChild)
+// Rules are the rules Apply installed, held for adding to the answered
+// set (Plan.Answered).
+type Rules struct {
+	mu  sync.Mutex
+	nft *socket // nil when the plan has no answered set
 }
 
-// Apply installs p in the sandbox's network namespace, from a child joined
-// to its user and network namespaces only (the user namespace gives it
-// CAP_NET_ADMIN over the network namespace, which no session has). The
-// error names what the kernel refused.
-func Apply(ctx context.Context, t join.Target, p Plan) error {
-	b, err := json.Marshal(p)
+// Apply installs p in the sandbox's network namespace. The route and the
+// rules go over two netlink sockets that one forked copy makes there
+// (join.Target.Sockets), without an exec; the daemon sends on them itself.
+// The error names what the kernel refused.
+func Apply(ctx context.Context, t join.Target, p Plan) (*Rules, error) {
+	files, errs, err := t.Sockets(ctx, []join.SocketSpec{
+		{Kind: join.NetlinkSocket, Proto: unix.NETLINK_ROUTE},
+		{Kind: join.NetlinkSocket, Proto: unix.NETLINK_NETFILTER},
+	})
 	if err != nil {
-		return err
+		return nil, &Error{Step: "open netlink inside the sandbox", Err: err}
 	}
-	return runChild(ctx, t, role, string(b))
-}
-
-// runChild runs a role of this package joined to the sandbox's user and
-// network namespaces, and returns what it said on failure.
-func runChild(ctx context.Context, t join.Target, role string, args ...string) error {
-	cmd := t.Join([]string{"user", "net"}, role, args...)
-	stderr := tail.New(4096)
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start the rules helper: %w", err)
-	}
-	stop := context.AfterFunc(ctx, func() { cmd.Process.Kill() })
-	defer stop()
-	if err := cmd.Wait(); err != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if msg == "" {
-			msg = err.Error()
-		}
-		return fmt.Errorf("the sandbox's network rules: %s", msg)
-	}
-	return nil
-}
-
-// AddAnswered adds addrs (IPv4; others are left out) to the answered set
-// of rules installed with Plan.Answered, from a joined child as Apply is.
-func AddAnswered(ctx context.Context, t join.Target, addrs []netip.Addr) error {
-	var args []string
-	for _, a := range addrs {
-		if a = a.Unmap(); a.Is4() {
-			args = append(args, a.String())
+	for _, e := range errs {
+		if e != nil {
+			closeAll(files)
+			return nil, &Error{Step: "open netlink inside the sandbox", Err: e}
 		}
 	}
-	if len(args) == 0 {
+	route, nft := newSocket(files[0]), newSocket(files[1])
+	defer route.Close()
+	if err := install(route, nft, p); err != nil {
+		nft.Close()
+		return nil, err
+	}
+	r := &Rules{}
+	if p.Answered {
+		r.nft = nft // for the answers to come
+	} else {
+		nft.Close()
+	}
+	return r, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// Close lets the rules' socket go; the rules stay.
+func (r *Rules) Close() error {
+	if r == nil || r.nft == nil {
 		return nil
 	}
-	return runChild(ctx, t, roleAnswered, args...)
+	return r.nft.Close()
 }
 
-// answeredChild adds its arguments to the answered set.
-func answeredChild(args []string) int {
+// AddAnswered adds addrs (IPv4; others are left out) to the answered set.
+func (r *Rules) AddAnswered(addrs []netip.Addr) error {
 	var elems []nftables.SetElement
-	for _, s := range args {
-		a, err := netip.ParseAddr(s)
-		if err != nil || !a.Is4() {
-			fmt.Fprintf(os.Stderr, "netrules: %q is no IPv4 address\n", s)
-			return 2
+	for _, a := range addrs {
+		if a = a.Unmap(); a.Is4() {
+			elems = append(elems, nftables.SetElement{Key: a.AsSlice()})
 		}
-		elems = append(elems, nftables.SetElement{Key: a.AsSlice()})
 	}
-	c, err := nftables.New()
-	if err == nil {
+	if len(elems) == 0 {
+		return nil
+	}
+	if r == nil || r.nft == nil {
+		return fmt.Errorf("the rules have no answered set")
+	}
+	msgs, err := nftMessages(func(c *nftables.Conn) error {
 		set := &nftables.Set{Table: ipv4Table, Name: AnsweredSet, KeyType: nftables.TypeIPAddr}
-		if err = c.SetAddElements(set, elems); err == nil {
-			err = c.Flush()
-		}
+		return c.SetAddElements(set, elems)
+	})
+	if err == nil {
+		r.mu.Lock()
+		err = r.nft.exchange(msgs)
+		r.mu.Unlock()
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, &Error{Step: "add to the answered set", Err: err})
-		return 1
+		return &Error{Step: "add to the answered set", Err: err}
 	}
-	return 0
-}
-
-// child runs in the sandbox's user and network namespaces.
-func child(args []string) int {
-	if len(args) != 1 {
-		fmt.Fprintln(os.Stderr, "netrules: usage: PLAN-JSON")
-		return 2
-	}
-	var p Plan
-	if err := json.Unmarshal([]byte(args[0]), &p); err != nil {
-		fmt.Fprintf(os.Stderr, "netrules: plan: %v\n", err)
-		return 2
-	}
-	if err := Install(p); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
+	return nil
 }

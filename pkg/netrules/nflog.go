@@ -9,6 +9,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -47,12 +48,13 @@ func ReadRejected(ctx context.Context, f *os.File, group uint16, fn func(Rejecte
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("nflog: bind: %w", err)
 	}
-	if err := nflogConfig(fd, group, nfulaCfgCmd, []byte{nfulnlCfgCmdBind}); err != nil {
+	s := &socket{f: f}
+	if err := s.exchange([]netlink.Message{nflogConfig(group, nfulaCfgCmd, []byte{nfulnlCfgCmdBind})}); err != nil {
 		return fmt.Errorf("nflog: bind group %d: %w", group, err)
 	}
 	mode := binary.BigEndian.AppendUint32(nil, 64) // copy_range
 	mode = append(mode, nfulnlCopyPacket, 0)
-	if err := nflogConfig(fd, group, nfulaCfgMode, mode); err != nil {
+	if err := s.exchange([]netlink.Message{nflogConfig(group, nfulaCfgMode, mode)}); err != nil {
 		return fmt.Errorf("nflog: copy mode: %w", err)
 	}
 	buf := make([]byte, 64<<10)
@@ -82,40 +84,17 @@ func ReadRejected(ctx context.Context, f *os.File, group uint16, fn func(Rejecte
 	}
 }
 
-// nflogConfig sends one NFULNL_MSG_CONFIG with one attribute and waits for
-// its acknowledgement.
-func nflogConfig(fd int, group uint16, attr uint16, data []byte) error {
-	alen := 4 + len(data)
-	msg := make([]byte, unix.NLMSG_HDRLEN+4+(alen+3)&^3)
-	binary.NativeEndian.PutUint32(msg[0:], uint32(len(msg)))
-	binary.NativeEndian.PutUint16(msg[4:], nfulnlMsgConfig)
-	binary.NativeEndian.PutUint16(msg[6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK)
-	b := msg[unix.NLMSG_HDRLEN:]
-	b[0], b[1] = unix.AF_UNSPEC, unix.NFNETLINK_V0
-	binary.BigEndian.PutUint16(b[2:], group)
-	binary.NativeEndian.PutUint16(b[4:], uint16(alen))
-	binary.NativeEndian.PutUint16(b[6:], attr)
-	copy(b[8:], data)
-	if err := unix.Sendto(fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return err
+// nflogConfig is one NFULNL_MSG_CONFIG with one attribute.
+func nflogConfig(group uint16, attr uint16, data []byte) netlink.Message {
+	ae := netlink.NewAttributeEncoder()
+	ae.Bytes(attr, data)
+	attrs, _ := ae.Encode() // one attribute of bytes: nothing to fail
+	// struct nfgenmsg: family, version, then the group (big-endian).
+	hdr := binary.BigEndian.AppendUint16([]byte{unix.AF_UNSPEC, unix.NFNETLINK_V0}, group)
+	return netlink.Message{
+		Header: netlink.Header{Type: nfulnlMsgConfig, Flags: netlink.Request | netlink.Acknowledge},
+		Data:   append(hdr, attrs...),
 	}
-	buf := make([]byte, 4096)
-	n, _, err := unix.Recvfrom(fd, buf, 0)
-	if err != nil {
-		return err
-	}
-	msgs, err := syscall.ParseNetlinkMessage(buf[:n])
-	if err != nil {
-		return err
-	}
-	for _, m := range msgs {
-		if m.Header.Type == unix.NLMSG_ERROR && len(m.Data) >= 4 {
-			if e := int32(binary.NativeEndian.Uint32(m.Data)); e != 0 {
-				return syscall.Errno(-e)
-			}
-		}
-	}
-	return nil
 }
 
 // parseRejected reads the IPv4 packet in the NFULA_PAYLOAD attribute of a

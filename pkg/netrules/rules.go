@@ -1,10 +1,11 @@
 // Package netrules lays down, inside the sandbox's network namespace, the
 // route and the nftables rules that send every outbound TCP connection to
 // the daemon's transparent listener and every DNS query to its resolver,
-// and that reject the rest before it leaves. It runs in a short-lived
-// child joined to the sandbox's user and network namespaces (the only place
-// with CAP_NET_ADMIN there: sessions never have it), before any agent code
-// runs; nothing of it stays inside.
+// and that reject the rest before it leaves. They are sent, before any
+// agent code runs, on netlink sockets that a forked copy joined to the
+// sandbox's user and network namespaces makes there (the only place with
+// CAP_NET_ADMIN over it: sessions never have it); nothing of it stays
+// inside.
 //
 // WARNING: security-sensitive. After any change run, as root:
 //
@@ -13,6 +14,7 @@ package netrules
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -20,6 +22,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -73,22 +76,35 @@ var (
 	loopback  = netip.MustParsePrefix("127.0.0.0/8")
 )
 
-// Install makes the route and the rules in the calling thread's network
-// namespace, replacing any table of the same name.
-func Install(p Plan) error {
+// install makes the route (over route, NETLINK_ROUTE) and the rules (over
+// nft, NETLINK_NETFILTER) in the namespace the sockets were made in,
+// replacing any table of the same name.
+func install(route, nft *socket, p Plan) error {
 	if !p.Catch.Addr().Is4() || !loopback.Contains(p.Catch.Addr()) {
 		return fmt.Errorf("transparent listener %s: want an IPv4 loopback address", p.Catch)
 	}
 	if p.DNS.IsValid() && (!p.DNS.Addr().Is4() || !loopback.Contains(p.DNS.Addr())) {
 		return fmt.Errorf("resolver %s: want an IPv4 loopback address", p.DNS)
 	}
-	if err := addDefaultRoute(); err != nil {
+	if err := route.exchange([]netlink.Message{defaultRoute()}); err != nil {
 		return &Error{Step: "add the route default dev lo src 127.0.0.1", Err: err}
 	}
-	c, err := nftables.New()
-	if err != nil {
-		return &Error{Step: "open nftables netlink", Err: err}
+	msgs, err := nftMessages(func(c *nftables.Conn) error { return queueRules(c, p) })
+	if err == nil {
+		err = nft.exchange(msgs)
 	}
+	var e *Error
+	if errors.As(err, &e) {
+		return err
+	}
+	if err != nil {
+		return &Error{Step: "install the nftables rules", Err: err}
+	}
+	return nil
+}
+
+// queueRules queues on c the batch that makes the table afresh.
+func queueRules(c *nftables.Conn, p Plan) error {
 	c.AddTable(ipv4Table)
 	c.DelTable(ipv4Table) // start from nothing, in the same batch
 	t := c.AddTable(ipv4Table)
@@ -148,9 +164,6 @@ func Install(p Plan) error {
 	loop := c.AddChain(&nftables.Chain{Table: t, Name: "loop", Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter})
 	add(loop, slices.Concat(protoIs(unix.IPPROTO_TCP), daddrIs(p.Catch.Addr()), dportIs(p.Catch.Port()), notDNATed(), rejectReset())...)
-	if err := c.Flush(); err != nil {
-		return &Error{Step: "install the nftables rules", Err: err}
-	}
 	return nil
 }
 

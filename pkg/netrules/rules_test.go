@@ -35,7 +35,7 @@ var (
 
 // sandboxWithRules starts a sandbox, makes the transparent listener inside
 // and installs the rules with plan (Catch filled in).
-func sandboxWithRules(t *testing.T, plan netrules.Plan) (*sandboxtest.Sandbox, net.Listener) {
+func sandboxWithRules(t *testing.T, plan netrules.Plan) (*sandboxtest.Sandbox, net.Listener, *netrules.Rules) {
 	t.Helper()
 	sb := sandboxtest.Start(t, bwrap.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -45,8 +45,10 @@ func sandboxWithRules(t *testing.T, plan netrules.Plan) (*sandboxtest.Sandbox, n
 	require.NoError(t, errs[0])
 	t.Cleanup(func() { lns[0].Close() })
 	plan.Catch = catchAddr
-	require.NoError(t, netrules.Apply(ctx, sb.Target, plan))
-	return sb, lns[0]
+	rules, err := netrules.Apply(ctx, sb.Target, plan)
+	require.NoError(t, err)
+	t.Cleanup(func() { rules.Close() })
+	return sb, lns[0], rules
 }
 
 // Every TCP connection to a non-loopback address reaches the listener,
@@ -55,7 +57,7 @@ func sandboxWithRules(t *testing.T, plan netrules.Plan) (*sandboxtest.Sandbox, n
 // rejected at once (a local sender sees EPERM: the packet is dropped in
 // its own output path); IPv6 has no route.
 func TestRulesCatchTCPAndRejectTheRest(t *testing.T) {
-	sb, ln := sandboxWithRules(t, netrules.Plan{
+	sb, ln, _ := sandboxWithRules(t, netrules.Plan{
 		Refused: []netrules.Range{{From: netip.MustParseAddr("10.99.0.0"), To: netip.MustParseAddr("10.99.255.255")}},
 	})
 	got := make(chan netip.AddrPort, 4)
@@ -113,7 +115,7 @@ except OSError as e:
 // A connection made straight to the listener's own port is refused, not
 // looped back into it.
 func TestRulesRefuseDirectConnectionsToTheListener(t *testing.T) {
-	sb, _ := sandboxWithRules(t, netrules.Plan{})
+	sb, _, _ := sandboxWithRules(t, netrules.Plan{})
 	r := sb.Sh(t, "0", fmt.Sprintf(`python3 -c '
 import socket, errno
 try:
@@ -145,7 +147,7 @@ func tamper(args []string) int {
 // The sandbox's root cannot change the rules or the route: CAP_NET_ADMIN
 // is outside every session's bounding set.
 func TestRootInTheSandboxCannotChangeTheRules(t *testing.T) {
-	sb, ln := sandboxWithRules(t, netrules.Plan{})
+	sb, ln, _ := sandboxWithRules(t, netrules.Plan{})
 	self, err := os.Executable()
 	require.NoError(t, err)
 	r := sb.Run(t, "0", []string{"PATH=" + childproc.DefaultPath, childproc.Env + "=" + roleTamper}, self)
@@ -168,7 +170,7 @@ func TestRootInTheSandboxCannotChangeTheRules(t *testing.T) {
 // With an answered set, a connection to an address not in it is refused
 // before the handshake; once the daemon adds the address, it is caught.
 func TestRulesRefuseWhatWasNeverAnswered(t *testing.T) {
-	sb, ln := sandboxWithRules(t, netrules.Plan{Answered: true})
+	sb, ln, rules := sandboxWithRules(t, netrules.Plan{Answered: true})
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -187,25 +189,25 @@ except OSError as e:
     print(errno.errorcode[e.errno])'`, caught.Addr(), caught.Port())
 	r := sb.Sh(t, "1000", probe)
 	assert.Equal(t, "ECONNREFUSED\n", r.Stdout, r.Stderr)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, netrules.AddAnswered(ctx, sb.Target, []netip.Addr{caught.Addr(), netip.MustParseAddr("2001:db8::1")}))
+	require.NoError(t, rules.AddAnswered([]netip.Addr{caught.Addr(), netip.MustParseAddr("2001:db8::1")}))
 	r = sb.Sh(t, "1000", probe)
 	assert.Equal(t, "caught\n", r.Stdout, r.Stderr)
 }
 
 // BenchmarkAddAnswered is what the first answer of a new address costs
-// under allowlist before it leaves the resolver: one joined child that
-// adds it to the answered set.
+// under allowlist before it leaves the resolver: one batch on the rules'
+// socket inside the sandbox.
 func BenchmarkAddAnswered(b *testing.B) {
 	sb := sandboxtest.Start(b, bwrap.Config{})
 	ctx := context.Background()
-	require.NoError(b, netrules.Apply(ctx, sb.Target, netrules.Plan{Catch: catchAddr, Answered: true}))
+	rules, err := netrules.Apply(ctx, sb.Target, netrules.Plan{Catch: catchAddr, Answered: true})
+	require.NoError(b, err)
+	defer rules.Close()
 	i := 0
 	for b.Loop() {
 		i++
 		a := netip.AddrFrom4([4]byte{10, 99, byte(i >> 8), byte(i)})
-		if err := netrules.AddAnswered(ctx, sb.Target, []netip.Addr{a}); err != nil {
+		if err := rules.AddAnswered([]netip.Addr{a}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -215,7 +217,7 @@ func BenchmarkAddAnswered(b *testing.B) {
 // group, which the daemon reads for the audit through a socket the joined
 // helper opened inside.
 func TestRejectedPacketsAreLogged(t *testing.T) {
-	sb, _ := sandboxWithRules(t, netrules.Plan{LogGroup: 7})
+	sb, _, _ := sandboxWithRules(t, netrules.Plan{LogGroup: 7})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	f, err := sb.Target.Netlink(ctx, unix.NETLINK_NETFILTER)
