@@ -45,5 +45,5 @@ func TestTheKernelsRefusalIsReportedAndTheSocketStaysUsable(t *testing.T) {
 	// requests are acknowledged.
 	require.NoError(t, rules.AddAnswered([]netip.Addr{netip.MustParseAddr("10.1.2.5")}))
 	assert.Nil(t, (&Rules{}).AddAnswered([]netip.Addr{netip.MustParseAddr("2001:db8::1")}), "IPv6 is left out, so there is nothing to add")
-	assert.Error(t, (&Rules{}).AddAnswered([]netip.Addr{netip.MustParseAddr("10.1.2.6")}), "rules without an answered set")
+	assert.Error(t, (&Rules{}).AddAnswered([]netip.Addr{netip.MustParseAddr("10.1.2.6")}), "rules never installed")
 }
