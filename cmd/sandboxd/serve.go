@@ -13,7 +13,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/daemon"
-	"github.com/sandboxd/sandboxd/internal/spare"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
@@ -144,10 +143,7 @@ func runServe(ctx context.Context, args []string) int {
 	} else if len(rest) > 0 {
 		log.Info("ignoring the container's command", "argv", rest)
 	}
-	// Before the agent can take the pids they would come from.
-	if err := spare.Threads(spareThreads); err != nil {
-		log.Warn("could not make spare threads", "err", err)
-	}
+	cfg.SpareThreads = spareThreads
 	err = daemon.Run(ctx, cfg)
 	if err != nil {
 		log.Error("serve failed", "err", err)

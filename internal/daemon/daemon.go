@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/masks"
 	"github.com/sandboxd/sandboxd/internal/reaper"
 	"github.com/sandboxd/sandboxd/internal/records"
+	"github.com/sandboxd/sandboxd/internal/spare"
 	"github.com/sandboxd/sandboxd/pkg/bwrap"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/idmap"
@@ -59,6 +60,11 @@ type Daemon struct {
 	// rules are the network rules inside the sandbox, kept for adding to
 	// their answered set.
 	rules *netrules.Rules
+	// spareMade waits for serve's spare threads (package spare).
+	spareMade func()
+	// sshKeys waits for the SSH door's keys (loadSSHKeysAhead); nil
+	// without the door.
+	sshKeys func() (sshKeys, error)
 
 	started time.Time
 	stop    context.CancelFunc
@@ -199,6 +205,10 @@ func start(ctx context.Context, cfg config.Config) (*Daemon, error) {
 		cfg.Network.Verifier = cfg.Network.Agent
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Log, sessions: map[int]*session{}, started: time.Now(), leftovers: &ptyrelay.Leftovers{}}
+	// Steps that wait (on a child, on the disk) run beside the others:
+	// the spare threads here, the bwrap probe and the SSH keys below
+	// (docs/failures.md#serves-start-does-its-waiting-side-by-side).
+	d.spareMade = spare.Begin(cfg.SpareThreads)
 
 	users, err := idmap.ReadUsers("/")
 	if err != nil {
@@ -248,6 +258,14 @@ func start(ctx context.Context, cfg config.Config) (*Daemon, error) {
 	for _, r := range reused {
 		cfg.Log.Warn("sandbox degraded", "why", r)
 	}
+	// Only now may the image's bwrap run: a root filesystem an agent has
+	// had is refused above, before any of its programs runs.
+	probed := bwrap.ProbeAhead(ctx, cfg.Bwrap)
+	defer probed.Wait() // a start that fails early leaves no probe running
+	if d.sshKeys = d.loadSSHKeysAhead(); d.sshKeys != nil {
+		// A start that fails lets the keys' files be written first.
+		cu.Add(func() { d.sshKeys() })
+	}
 
 	// /logs/verifier is masked by an empty tmpfs; create the mount point in
 	// the substrate so bwrap does not have to write into the shared tree, and
@@ -286,6 +304,7 @@ func start(ctx context.Context, cfg config.Config) (*Daemon, error) {
 	}
 	holder, err := bwrap.Start(ctx, bwrap.Config{
 		Bwrap:         cfg.Bwrap,
+		Probed:        probed,
 		Workdir:       cfg.Workdir,
 		Hide:          append([]string{cfg.HarnessDir}, cfg.Hide...),
 		Mask:          mask,
@@ -381,12 +400,17 @@ func (d *Daemon) serve(ctx context.Context) (err error) {
 	if err := harness.MarkRootfs(d.cfg.HarnessDir, use); err != nil {
 		return err
 	}
+	// Before the agent can take the pids they would come from.
+	d.spareMade()
 	entrypointDone, err := d.startEntrypoint(ctx)
 	if err != nil {
 		return err
 	}
 	down.Add(entrypointDone)
 	if d.cfg.Task != nil && d.cfg.Task.Environment.Healthcheck != nil {
+		// Starting from the first status on, not from whenever the
+		// checks' goroutine first runs.
+		d.setHealth(HealthStarting, "")
 		healthDone := make(chan struct{})
 		go func() { defer close(healthDone); d.watchHealth(ctx) }()
 		down.Add(func() { <-healthDone })

@@ -25,7 +25,6 @@ const (
 func (d *Daemon) watchHealth(ctx context.Context) {
 	hc := d.cfg.Task.Environment.Healthcheck
 	user := d.imageUser
-	d.setHealth(HealthStarting, "")
 	started := time.Now()
 	failures := 0
 	for {

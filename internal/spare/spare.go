@@ -26,7 +26,23 @@ import (
 // blocking system call instead get a new thread only when the runtime's
 // monitor next takes their P away, one every 20 µs or much later on a
 // loaded machine (12 ms and more of serve's start).
-func Threads(n int) error {
+func Threads(n int) {
+	Begin(n)()
+}
+
+// Begin makes Threads' threads in the background and returns the wait for
+// them: serve's start goes on while they are made, as they need only exist
+// before the agent's first program runs.
+func Begin(n int) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		makeThreads(n)
+	}()
+	return func() { <-done }
+}
+
+func makeThreads(n int) {
 	release := make(chan struct{})
 	var locked, done sync.WaitGroup
 	locked.Add(n)
@@ -45,5 +61,4 @@ func Threads(n int) error {
 	locked.Wait()
 	close(release)
 	done.Wait()
-	return nil
 }

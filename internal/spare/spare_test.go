@@ -14,6 +14,6 @@ import (
 func TestThreadsStayMadeForLater(t *testing.T) {
 	before := procfs.Threads()
 	require.NotZero(t, before)
-	require.NoError(t, Threads(before+32))
+	Threads(before + 32)
 	assert.GreaterOrEqual(t, procfs.Threads(), before+32)
 }

@@ -63,9 +63,38 @@ func ParseVersion(out string) (Version, error) {
 	return Version{n[0], n[1], n[2]}, nil
 }
 
-// Probe finds bwrap at path (or on PATH when path is a bare name) and reads
-// its version; a bwrap older than Minimum is refused with what to do.
+// Probing is a Probe begun ahead of Start (ProbeAhead), so that the run of
+// bwrap --version overlaps its caller's other steps.
+type Probing struct {
+	done    chan struct{}
+	path    string
+	version Version
+	err     error
+}
+
+// ProbeAhead begins Probe(ctx, path) in the background.
+func ProbeAhead(ctx context.Context, path string) *Probing {
+	p := &Probing{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		p.path, p.version, p.err = Probe(ctx, path)
+	}()
+	return p
+}
+
+// Wait returns what Probe returned.
+func (p *Probing) Wait() (string, Version, error) {
+	<-p.done
+	return p.path, p.version, p.err
+}
+
+// Probe finds bwrap at path (or on PATH when path is a bare name; "" is
+// bwrap) and reads its version; a bwrap older than Minimum is refused with
+// what to do.
 func Probe(ctx context.Context, path string) (string, Version, error) {
+	if path == "" {
+		path = "bwrap"
+	}
 	full, err := exec.LookPath(path)
 	if err != nil {
 		return "", Version{}, fmt.Errorf("%w: %q is not on PATH; install the bubblewrap package (apt-get install bubblewrap, apk add bubblewrap, dnf install bubblewrap)", ErrNotFound, path)

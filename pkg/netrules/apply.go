@@ -22,8 +22,9 @@ type Rules struct {
 
 // Apply installs p in the sandbox's network namespace. The route and the
 // rules go over two netlink sockets that one forked copy makes there
-// (join.Target.Sockets), without an exec; the daemon sends on them itself.
-// The error names what the kernel refused.
+// (join.Target.Sockets), without an exec; the daemon sends on them itself
+// (docs/failures.md#the-network-rules-are-not-a-programs-start). The error
+// names what the kernel refused.
 func Apply(ctx context.Context, t join.Target, p Plan) (*Rules, error) {
 	files, errs, err := t.Sockets(ctx, []join.SocketSpec{
 		{Kind: join.NetlinkSocket, Proto: unix.NETLINK_ROUTE},
