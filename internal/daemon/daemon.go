@@ -205,8 +205,8 @@ func start(ctx context.Context, cfg config.Config) (*Daemon, error) {
 		cfg.Network.Verifier = cfg.Network.Agent
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Log, sessions: map[int]*session{}, started: time.Now(), leftovers: &ptyrelay.Leftovers{}}
-	// Steps that wait (on a child, on the disk) run beside the others:
-	// the spare threads here, the bwrap probe and the SSH keys below
+	// Steps that wait (for threads, for the disk) run beside the others:
+	// the spare threads here, the SSH keys below
 	// (docs/failures.md#serves-start-does-its-waiting-side-by-side).
 	d.spareMade = spare.Begin(cfg.SpareThreads)
 
@@ -258,10 +258,6 @@ func start(ctx context.Context, cfg config.Config) (*Daemon, error) {
 	for _, r := range reused {
 		cfg.Log.Warn("sandbox degraded", "why", r)
 	}
-	// Only now may the image's bwrap run: a root filesystem an agent has
-	// had is refused above, before any of its programs runs.
-	probed := bwrap.ProbeAhead(ctx, cfg.Bwrap)
-	defer probed.Wait() // a start that fails early leaves no probe running
 	if d.sshKeys = d.loadSSHKeysAhead(); d.sshKeys != nil {
 		// A start that fails lets the keys' files be written first.
 		cu.Add(func() { d.sshKeys() })
@@ -304,7 +300,6 @@ func start(ctx context.Context, cfg config.Config) (*Daemon, error) {
 	}
 	holder, err := bwrap.Start(ctx, bwrap.Config{
 		Bwrap:         cfg.Bwrap,
-		Probed:        probed,
 		Workdir:       cfg.Workdir,
 		Hide:          append([]string{cfg.HarnessDir}, cfg.Hide...),
 		Mask:          mask,

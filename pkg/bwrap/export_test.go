@@ -8,3 +8,6 @@ func SetMapsForTest(refuse func(pid int) error) (restore func()) {
 	writeIdentity = refuse
 	return func() { writeIdentity = old }
 }
+
+// VersionInBinary is versionInBinary, for the external tests.
+var VersionInBinary = versionInBinary

@@ -41,9 +41,6 @@ type Config struct {
 	AllowDegraded bool          // accept a single-id map when the kernel refuses the identity map
 	ReadyTimeout  time.Duration // bound on bwrap's setup; 0 means 15s
 	Log           *slog.Logger
-	// Probed is a probe of Bwrap begun ahead (ProbeAhead); nil: Start
-	// probes.
-	Probed *Probing
 }
 
 // Holder is the long-lived bwrap process that keeps the sandbox's namespaces
@@ -124,11 +121,7 @@ func Start(ctx context.Context, cfg Config) (*Holder, error) {
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 15 * time.Second
 	}
-	probe := cfg.Probed
-	if probe == nil {
-		probe = ProbeAhead(ctx, cfg.Bwrap)
-	}
-	bwrapPath, v, err := probe.Wait()
+	bwrapPath, v, err := Probe(ctx, cfg.Bwrap)
 	if err != nil {
 		return nil, err
 	}
