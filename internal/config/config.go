@@ -57,9 +57,9 @@ type Config struct {
 	// started in (HTTPS_PROXY, HTTP_PROXY, NO_PROXY); nil: none.
 	Upstream *egress.Upstream
 	Log      *slog.Logger
-	// SpareThreads is how many OS threads serve makes at start, while its
-	// other steps run, and has before the image's first program does
-	// (package spare); 0: none.
+	// SpareThreads is how many OS threads serve makes at start (package
+	// spare), made while its other steps run and all there before the
+	// image's first program runs; 0: none.
 	SpareThreads int
 	// OnReady, when set, is called once everything serves (the control
 	// socket, the SSH door, the network): trial waits for it.

@@ -397,6 +397,12 @@ func (d *Daemon) serve(ctx context.Context) (err error) {
 	}
 	// Before the agent can take the pids they would come from.
 	d.spareMade()
+	// A key that cannot be used fails the start before any agent code runs.
+	if d.sshKeys != nil {
+		if _, err := d.sshKeys(); err != nil {
+			return err
+		}
+	}
 	entrypointDone, err := d.startEntrypoint(ctx)
 	if err != nil {
 		return err

@@ -43,7 +43,8 @@ func (d *Daemon) catchRules(ctx context.Context, p netrules.Plan) error {
 
 // addAnswered adds addresses answered for names to the rules' answered
 // set inside the sandbox.
-func (d *Daemon) addAnswered(ctx context.Context, addrs []netip.Addr) error {
+// The rules' socket's receive timeout bounds it, not the context.
+func (d *Daemon) addAnswered(_ context.Context, addrs []netip.Addr) error {
 	return d.rules.AddAnswered(addrs)
 }
 

@@ -219,6 +219,15 @@ func Hosts(path string, limit int64) (hosts map[string][]netip.Addr, err error) 
 	return hosts, err
 }
 
+// ReadFile is [Root.ReadFile] under the daemon's own /.
+func ReadFile(path string, limit int64) (b []byte, err error) {
+	err = underSlash(func(r *Root) error {
+		b, err = r.ReadFile(path, limit)
+		return err
+	})
+	return b, err
+}
+
 func underSlash(fn func(*Root) error) error {
 	r, err := OpenRoot("/")
 	if err != nil {

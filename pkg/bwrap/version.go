@@ -8,15 +8,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/sandboxd/sandboxd/internal/childproc"
+	"github.com/sandboxd/sandboxd/internal/imagefile"
 )
 
 // Version is a bubblewrap release.
@@ -106,18 +104,9 @@ const maxBinary = 4 << 20
 // It answers only for an ELF file of at most maxBinary bytes that holds
 // exactly one such string; otherwise the caller runs bwrap --version.
 func versionInBinary(path string) (Version, bool) {
-	// Non-blocking and bounded: a FIFO or a device in bwrap's place is
-	// left to the run, which fails with what it says.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return Version{}, false
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() || st.Size() > maxBinary {
-		return Version{}, false
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxBinary))
+	// A file that is not regular, or too large, is left to the run, which
+	// fails with what it says.
+	data, err := imagefile.ReadFile(path, maxBinary)
 	if err != nil || !bytes.HasPrefix(data, []byte("\x7fELF")) {
 		return Version{}, false
 	}

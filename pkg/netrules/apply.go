@@ -2,7 +2,7 @@ package netrules
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"net/netip"
 	"os"
 	"sync"
@@ -39,8 +39,17 @@ func Apply(ctx context.Context, t join.Target, p Plan) (*Rules, error) {
 			return nil, &Error{Step: "open netlink inside the sandbox", Err: e}
 		}
 	}
-	route, nft := newSocket(files[0]), newSocket(files[1])
+	route, err := newSocket(files[0])
+	if err != nil {
+		closeAll(files)
+		return nil, err
+	}
 	defer route.Close()
+	nft, err := newSocket(files[1])
+	if err != nil {
+		files[1].Close()
+		return nil, err
+	}
 	if err := install(route, nft, p); err != nil {
 		nft.Close()
 		return nil, err
@@ -60,12 +69,20 @@ func closeAll(files []*os.File) {
 	}
 }
 
-// Close lets the rules' socket go; the rules stay.
+// Close lets the rules' socket go; the rules stay. An addition after it
+// is refused.
 func (r *Rules) Close() error {
-	if r == nil || r.nft == nil {
+	if r == nil {
 		return nil
 	}
-	return r.nft.Close()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.nft == nil {
+		return nil
+	}
+	err := r.nft.Close()
+	r.nft = nil
+	return err
 }
 
 // AddAnswered adds addrs (IPv4; others are left out) to the answered set.
@@ -79,8 +96,8 @@ func (r *Rules) AddAnswered(addrs []netip.Addr) error {
 	if len(elems) == 0 {
 		return nil
 	}
-	if r == nil || r.nft == nil {
-		return fmt.Errorf("no rules were installed")
+	if r == nil {
+		return errors.New("no rules were installed")
 	}
 	msgs, err := nftMessages(func(c *nftables.Conn) error {
 		set := &nftables.Set{Table: ipv4Table, Name: AnsweredSet, KeyType: nftables.TypeIPAddr}
@@ -88,7 +105,11 @@ func (r *Rules) AddAnswered(addrs []netip.Addr) error {
 	})
 	if err == nil {
 		r.mu.Lock()
-		err = r.nft.exchange(msgs)
+		if r.nft == nil {
+			err = errors.New("the rules' socket is closed: serve is stopping")
+		} else {
+			err = r.nft.exchange(msgs)
+		}
 		r.mu.Unlock()
 	}
 	if err != nil {

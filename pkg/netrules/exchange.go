@@ -25,18 +25,23 @@ const answerWait = 5 * time.Second
 type socket struct {
 	f   *os.File
 	seq uint32 // the last sequence number used
+	buf []byte // for the answers
 }
 
-func newSocket(f *os.File) *socket {
+func newSocket(f *os.File) (*socket, error) {
 	fd := int(f.Fd())
+	// Without it a lost answer would hold the caller (and every DNS answer
+	// behind it) for good.
 	tv := unix.NsecToTimeval(answerWait.Nanoseconds())
-	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return nil, fmt.Errorf("netlink receive timeout: %w", err)
+	}
 	// Acknowledgements without a copy of the request, and errors with the
 	// kernel's own words where it has them. A kernel without these options
-	// answers as before; the receive timeout is in every kernel this runs on.
+	// answers as before.
 	unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
 	unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_EXT_ACK, 1)
-	return &socket{f: f}
+	return &socket{f: f, buf: make([]byte, 64<<10)}, nil
 }
 
 func (s *socket) Close() error { return s.f.Close() }
@@ -53,7 +58,7 @@ func (s *socket) exchange(msgs []netlink.Message) error {
 		s.seq++
 		msgs[i].Header.Sequence = s.seq
 		msgs[i].Header.PID = 0
-		msgs[i].Header.Length = uint32(unix.NLMSG_HDRLEN + len(msgs[i].Data))
+		msgs[i].Header.Length = uint32(unix.NLMSG_HDRLEN+len(msgs[i].Data)+3) &^ 3
 		b, err := msgs[i].MarshalBinary()
 		if err != nil {
 			return err
@@ -67,25 +72,31 @@ func (s *socket) exchange(msgs []netlink.Message) error {
 	if err := unix.Sendto(fd, out, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("netlink send: %w", err)
 	}
-	buf := make([]byte, 64<<10)
+	if s.buf == nil {
+		s.buf = make([]byte, 64<<10)
+	}
 	for len(waiting) > 0 {
-		n, _, err := unix.Recvfrom(fd, buf, 0)
+		n, from, err := unix.Recvfrom(fd, s.buf, 0)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if errors.Is(err, unix.EAGAIN) {
-			return fmt.Errorf("netlink receive: no answer from the kernel in time")
+			return fmt.Errorf("netlink receive: no answer from the kernel in %v (the request may or may not have been carried out)", answerWait)
 		}
 		if err != nil {
 			return fmt.Errorf("netlink receive: %w", err)
 		}
-		answers, err := syscall.ParseNetlinkMessage(buf[:n])
+		if nl, ok := from.(*unix.SockaddrNetlink); !ok || nl.Pid != 0 {
+			continue // only the kernel answers
+		}
+		answers, err := syscall.ParseNetlinkMessage(s.buf[:n])
 		if err != nil {
 			return fmt.Errorf("netlink receive: %w", err)
 		}
 		for _, a := range answers {
+			// In this exchange's window, counted modulo 2^32.
 			seq := a.Header.Seq
-			if seq < first || seq > s.seq || a.Header.Type != unix.NLMSG_ERROR || len(a.Data) < 4 {
+			if seq-first > s.seq-first || a.Header.Type != unix.NLMSG_ERROR || len(a.Data) < 4 {
 				continue
 			}
 			if code := int32(binary.NativeEndian.Uint32(a.Data)); code != 0 {

@@ -24,7 +24,6 @@ func TestTheKernelsRefusalIsReportedAndTheSocketStaysUsable(t *testing.T) {
 	defer cancel()
 	rules, err := Apply(ctx, sb.Target, Plan{Catch: netip.MustParseAddrPort("127.0.0.1:3130"), Answered: true})
 	require.NoError(t, err)
-	defer rules.Close()
 
 	elems := []nftables.SetElement{{Key: []byte{10, 1, 2, 3}}, {Key: []byte{10, 1, 2, 4}}}
 	msgs, err := nftMessages(func(c *nftables.Conn) error {
@@ -46,4 +45,8 @@ func TestTheKernelsRefusalIsReportedAndTheSocketStaysUsable(t *testing.T) {
 	require.NoError(t, rules.AddAnswered([]netip.Addr{netip.MustParseAddr("10.1.2.5")}))
 	assert.Nil(t, (&Rules{}).AddAnswered([]netip.Addr{netip.MustParseAddr("2001:db8::1")}), "IPv6 is left out, so there is nothing to add")
 	assert.Error(t, (&Rules{}).AddAnswered([]netip.Addr{netip.MustParseAddr("10.1.2.6")}), "rules never installed")
+
+	require.NoError(t, rules.Close())
+	assert.ErrorContains(t, rules.AddAnswered([]netip.Addr{netip.MustParseAddr("10.1.2.7")}), "closed", "an addition after Close")
+	assert.NoError(t, rules.Close(), "a second Close")
 }

@@ -3,9 +3,10 @@
 // the daemon's transparent listener and every DNS query to its resolver,
 // and that reject the rest before it leaves. They are sent, before any
 // agent code runs, on netlink sockets that a forked copy joined to the
-// sandbox's user and network namespaces makes there (the only place with
-// CAP_NET_ADMIN over it: sessions never have it); nothing of it stays
-// inside.
+// sandbox's user and network namespaces makes there; the daemon, the owner
+// of that user namespace, sends on them (sessions never hold CAP_NET_ADMIN
+// there). Nothing of it runs inside; the netfilter socket stays in the
+// daemon until serve ends, for the answered set.
 //
 // WARNING: security-sensitive. After any change run, as root:
 //
@@ -18,6 +19,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"syscall"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -67,6 +69,11 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
+	var errno syscall.Errno
+	if !errors.As(e.Err, &errno) || errno == syscall.EAGAIN {
+		return fmt.Sprintf("%s: %v", e.Step, e.Err)
+	}
+	// The kernel's own refusal.
 	return fmt.Sprintf("%s: %v (the kernel needs nf_tables with NAT, reject and conntrack, and the runtime must let the sandbox's own root use them)", e.Step, e.Err)
 }
 func (e *Error) Unwrap() error { return e.Err }

@@ -214,8 +214,8 @@ func BenchmarkAddAnswered(b *testing.B) {
 }
 
 // Every rejected packet that is not TCP is logged to the plan's nflog
-// group, which the daemon reads for the audit through a socket the joined
-// helper opened inside.
+// group, which the daemon reads for the audit through a socket a forked
+// copy opened inside (join.Target.Netlink).
 func TestRejectedPacketsAreLogged(t *testing.T) {
 	sb, _, _ := sandboxWithRules(t, netrules.Plan{LogGroup: 7})
 	ctx, cancel := context.WithCancel(context.Background())
