@@ -16,9 +16,11 @@ import (
 	"sync"
 )
 
-// Threads makes the runtime hold at least n OS threads, by keeping n
-// goroutines each locked to a thread of its own at once, and returns once
-// they have all let go. The threads stay, parked, for later blocking calls.
+// Begin makes the runtime hold at least n OS threads, by keeping n
+// goroutines each locked to a thread of its own at once, and returns the
+// wait for them all to have let go. The threads stay, parked, for later
+// blocking calls. They are made in the background: serve's start goes on
+// meanwhile, as they need only exist before the agent's first program runs.
 //
 // A goroutine that locks its thread and then waits parks the thread with
 // it, and the runtime starts another thread at once for whatever is to run
@@ -26,23 +28,7 @@ import (
 // blocking system call instead get a new thread only when the runtime's
 // monitor next takes their P away, one every 20 µs or much later on a
 // loaded machine (12 ms and more of serve's start).
-func Threads(n int) {
-	Begin(n)()
-}
-
-// Begin makes Threads' threads in the background and returns the wait for
-// them: serve's start goes on while they are made, as they need only exist
-// before the agent's first program runs.
 func Begin(n int) (wait func()) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		makeThreads(n)
-	}()
-	return func() { <-done }
-}
-
-func makeThreads(n int) {
 	release := make(chan struct{})
 	var locked, done sync.WaitGroup
 	locked.Add(n)
@@ -58,7 +44,9 @@ func makeThreads(n int) {
 			runtime.UnlockOSThread()
 		}()
 	}
-	locked.Wait()
-	close(release)
-	done.Wait()
+	go func() {
+		locked.Wait()
+		close(release)
+	}()
+	return done.Wait
 }

@@ -9,11 +9,11 @@ import (
 	"github.com/sandboxd/sandboxd/internal/procfs"
 )
 
-// After Threads(n) the process has n threads more than it needed before,
+// After Begin(n) and its wait the process has n threads more than it needed before,
 // parked for later: the runtime does not end idle threads.
 func TestThreadsStayMadeForLater(t *testing.T) {
 	before := procfs.Threads()
 	require.NotZero(t, before)
-	Threads(before + 32)
+	Begin(before + 32)()
 	assert.GreaterOrEqual(t, procfs.Threads(), before+32)
 }

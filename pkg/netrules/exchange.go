@@ -25,7 +25,7 @@ const answerWait = 5 * time.Second
 type socket struct {
 	f   *os.File
 	seq uint32 // the last sequence number used
-	buf []byte // for the answers
+	buf []byte // for the answers, made at the first exchange
 }
 
 func newSocket(f *os.File) (*socket, error) {
@@ -41,7 +41,7 @@ func newSocket(f *os.File) (*socket, error) {
 	// answers as before.
 	unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
 	unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_EXT_ACK, 1)
-	return &socket{f: f, buf: make([]byte, 64<<10)}, nil
+	return &socket{f: f}, nil
 }
 
 func (s *socket) Close() error { return s.f.Close() }
