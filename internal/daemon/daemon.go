@@ -277,6 +277,8 @@ func start(ctx context.Context, cfg config.Config) (*Daemon, error) {
 	// What the daemon runs later is pinned before any agent code has run in
 	// the filesystem the sandbox shares: while bwrap builds the sandbox, in
 	// which nothing of the agent's runs before the pin is awaited below.
+	// Where the kernel keeps the running binary from being written, the
+	// pin holds it and serve makes the sealed copy once it serves.
 	pinned := make(chan error, 1)
 	go func() { pinned <- join.Pin() }()
 	// So were the users of the phases, in the snapshot taken above.
@@ -454,7 +456,8 @@ func (d *Daemon) serve(ctx context.Context) (err error) {
 	var handlers sync.WaitGroup
 	down.Add(handlers.Wait)
 
-	died := make(chan error, 1)
+	// Two may report: the holder's end and the pin's copy.
+	died := make(chan error, 2)
 	go func() {
 		select {
 		case <-d.holder.Done():
@@ -468,6 +471,16 @@ func (d *Daemon) serve(ctx context.Context) (err error) {
 		}
 	}()
 
+	// The copy is made beside the first sessions: the kernel has kept the
+	// file as it was started (join.Pin), and a joined process that starts
+	// meanwhile waits for the copy.
+	go func() {
+		if err := join.Seal(); err != nil && ctx.Err() == nil {
+			died <- err
+			d.log.Error("own executable not pinned", "err", err)
+			stop()
+		}
+	}()
 	if d.cfg.OnReady != nil {
 		d.cfg.OnReady()
 	}

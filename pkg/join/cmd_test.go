@@ -58,7 +58,7 @@ func assertNamespaces(t *testing.T, out string, pid int, kinds ...string) {
 	}
 }
 
-// A joined process is this binary, run from the sealed copy pinned at start,
+// A joined process is this binary, run from its sealed copy (Pin),
 // in exactly the holder's namespaces, with PATH and its role as its whole
 // environment. No nsenter, no loader, no library from the filesystem the
 // agent shares is involved (the dynamic-helper escape). It pins

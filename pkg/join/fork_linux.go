@@ -17,7 +17,7 @@ import (
 // syscall forks before an exec: it joins the agent's cgroup and the
 // namespaces, puts the descriptors in place, and then either takes the enter
 // step and execs the agent's command (enter_linux.go), or execs this binary,
-// from the copy pinned in memory at start, in a child role (the visitor, the
+// from its sealed copy in memory (Pin), in a child role (the visitor, the
 // netns helper). Nothing from the shared filesystem runs as root.
 //
 // The pid namespace applies to a process's children, not to itself, so when

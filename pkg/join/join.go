@@ -11,7 +11,7 @@
 // user's ids, the working directory resolved *inside*; then it execs the
 // command with exactly the environment it was given. Child roles of this
 // binary (the visitor, the netns helper) are joined the same way and exec
-// the binary pinned in memory at start.
+// the binary sealed in memory (Pin).
 //
 // Nothing between the daemon and the command is executed from the filesystem
 // the agent can write: not nsenter, not setpriv, not a dynamic loader, not
