@@ -21,10 +21,15 @@ import (
 // The copy (about 8 ms of CPU for this binary) need not be made before the
 // agent's first session, only from contents the agent cannot have changed:
 // while this process runs from the file, the kernel refuses to open it for
-// writing (ETXTBSY), on every path and in every namespace, so that its
-// contents stay those that were started until the copy is made. Pin checks
-// that refusal and holds the file; Seal makes the copy beside the first
-// sessions, and a joined process that starts before it waits for it.
+// writing (ETXTBSY), through any path to the file, so that its contents stay
+// those that were started until the copy is made. Pin checks that refusal
+// and holds the file; Seal makes the copy beside the first sessions, and a
+// joined process that starts before it waits for it.
+//
+// The refusal does not reach a writer of the file beneath it (an overlayfs
+// layer's own directory, another machine's view of a network filesystem);
+// but this process's code is that file's pages, which such a writer changes
+// as the process runs, so the copy never guarded against one.
 
 var (
 	selfMu sync.Mutex
@@ -93,8 +98,8 @@ func sealLocked() error {
 // writesRefused says whether the kernel refuses to open f's file for
 // writing because a program runs from it (ETXTBSY): for this process's own
 // executable, no one can then change its contents while this process lives.
-// Only filesystems whose every writer goes through this kernel qualify; on
-// a network filesystem another machine could write the file.
+// A read-only mount refuses with EROFS, and another mount of the same
+// filesystem may be writable: that is no refusal here.
 func writesRefused(f *os.File) bool {
 	var fs unix.Statfs_t
 	if err := unix.Fstatfs(int(f.Fd()), &fs); err != nil || !localFilesystems[int64(fs.Type)] {
@@ -109,15 +114,15 @@ func writesRefused(f *os.File) bool {
 	return errors.Is(err, unix.ETXTBSY)
 }
 
-// localFilesystems are those an image's binary lies on in a container.
+// localFilesystems are the writable local filesystems an image's binary
+// lies on: a container's root (overlayfs), a host's disk, a volume. Others
+// (a network filesystem) keep the copy at start.
 var localFilesystems = map[int64]bool{
 	unix.EXT4_SUPER_MAGIC:      true, // ext2, ext3 and ext4 share it
 	unix.XFS_SUPER_MAGIC:       true,
 	unix.BTRFS_SUPER_MAGIC:     true,
 	unix.OVERLAYFS_SUPER_MAGIC: true,
 	unix.TMPFS_MAGIC:           true,
-	unix.SQUASHFS_MAGIC:        true,
-	unix.EROFS_SUPER_MAGIC_V1:  true,
 	unix.F2FS_SUPER_MAGIC:      true,
 }
 
