@@ -116,7 +116,7 @@ func writesRefused(f *os.File) bool {
 
 // localFilesystems are the writable local filesystems an image's binary
 // lies on: a container's root (overlayfs), a host's disk, a volume. Others
-// (a network filesystem) keep the copy at start.
+// (FUSE, a network filesystem) keep the copy at start.
 var localFilesystems = map[int64]bool{
 	unix.EXT4_SUPER_MAGIC:      true, // ext2, ext3 and ext4 share it
 	unix.XFS_SUPER_MAGIC:       true,
