@@ -3,7 +3,6 @@ package join
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sync"
 
@@ -38,6 +37,7 @@ var (
 	selfFile *os.File
 	// heldExe is the running binary, held from Pin until Seal copies it.
 	heldExe *os.File
+	// sealErr is the copy's failure, every later joined process's too.
 	sealErr error
 
 	pinOnce sync.Once
@@ -84,8 +84,8 @@ func sealLocked() error {
 	exe := heldExe
 	heldExe = nil
 	defer exe.Close()
-	// From the start of the file, whoever read it before.
-	pinned, err := memfd.Sealed("sandboxd", io.NewSectionReader(exe, 0, 1<<62))
+	// Nothing else reads heldExe: the copy starts at the file's start.
+	pinned, err := memfd.Sealed("sandboxd", exe)
 	if err != nil {
 		sealErr = fmt.Errorf("pin own executable: %w", err)
 		return sealErr
