@@ -29,7 +29,7 @@ type Limits struct {
 // Group is a cgroup (one directory per v1 hierarchy, or one v2 directory).
 type Group struct {
 	dirs  []string
-	procs []*os.File
+	joins []*os.File
 	desc  string
 }
 
@@ -77,7 +77,7 @@ func createV1(own map[string]string, name string, l Limits) (*Group, error) {
 				return nil, fmt.Errorf("cgroup v1 %s: set %s: %w", c.ctrl, file, err)
 			}
 		}
-		if err := g.openProcs(dir); err != nil {
+		if err := g.openJoin(dir, "tasks"); err != nil {
 			g.Remove()
 			return nil, err
 		}
@@ -138,7 +138,7 @@ func createV2(own, name string, l Limits) (*Group, error) {
 			return nil, fmt.Errorf("cgroup v2: set %s: %w", file, err)
 		}
 	}
-	if err := g.openProcs(dir); err != nil {
+	if err := g.openJoin(dir, "cgroup.procs"); err != nil {
 		g.Remove()
 		return nil, err
 	}
@@ -146,35 +146,35 @@ func createV2(own, name string, l Limits) (*Group, error) {
 	return g, nil
 }
 
-func (g *Group) openProcs(dir string) error {
-	f, err := os.OpenFile(filepath.Join(dir, "cgroup.procs"), os.O_WRONLY, 0)
+// The file a joining process writes "0" into. What joins is always a
+// single-threaded process (join's forked copy), so moving its one thread
+// moves all of it. On v1 that is the tasks file: a write to cgroup.procs
+// takes the kernel's global threadgroup lock for writing, which waits out
+// an RCU grace period and holds back every fork on the machine meanwhile,
+// while moving the writer's own thread takes only the cgroup mutex. With
+// cgroup.procs, 100 concurrent SSH execs left 10–18% of the CPU idle, the
+// copies asleep in percpu_down_write
+// (docs/failures.md#the-agents-cgroup-is-joined-by-thread). v2 moves a
+// thread alone only within a threaded subtree, so there it is cgroup.procs.
+func (g *Group) openJoin(dir, file string) error {
+	f, err := os.OpenFile(filepath.Join(dir, file), os.O_WRONLY, 0)
 	if err != nil {
 		return fmt.Errorf("cgroup: %w", err)
 	}
-	g.procs = append(g.procs, f)
+	g.joins = append(g.joins, f)
 	return nil
 }
 
-// Procs are the group's cgroup.procs files, open for writing: a process
-// that writes "0" into each has joined the group (join does it in the
-// forked copy, before the command runs).
-func (g *Group) Procs() []*os.File { return g.procs }
-
-// Add moves pid (and, with it, everything it starts from now on) into the
-// group.
-func (g *Group) Add(pid int) error {
-	for _, f := range g.procs {
-		if _, err := f.WriteString(strconv.Itoa(pid)); err != nil {
-			return fmt.Errorf("move pid %d into %s: %w", pid, f.Name(), err)
-		}
-	}
-	return nil
-}
+// JoinFiles are the files, open for writing, that a single-threaded
+// process writes "0" into, one after another, to join the group (join does
+// it in the forked copy, before the command runs); everything it starts
+// from then on is in the group too.
+func (g *Group) JoinFiles() []*os.File { return g.joins }
 
 // Remove removes the group's directories; they must hold no process.
 func (g *Group) Remove() error {
 	var first error
-	for _, f := range g.procs {
+	for _, f := range g.joins {
 		f.Close()
 	}
 	for _, d := range g.dirs {

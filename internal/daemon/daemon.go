@@ -334,7 +334,7 @@ func start(ctx context.Context, cfg config.Config) (*Daemon, error) {
 		d.cgroupNote = err.Error()
 	} else {
 		d.cgroup = g
-		d.target.Limits.Cgroup = g.Procs()
+		d.target.Limits.Cgroup = g.JoinFiles()
 		cu.Add(d.removeCgroup)
 	}
 	d.limits = d.applyLimits()

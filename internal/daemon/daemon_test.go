@@ -412,16 +412,23 @@ func TestAgentCgroup(t *testing.T) {
 		return
 	}
 	assert.Contains(t, st.Limits.Cgroup, "memory 512 MiB, cpus 1.5, pids 40")
+	// In every hierarchy the group was made in (v1: pids, memory and cpu,
+	// joined through their tasks files): the copy that joins is one thread,
+	// and what it then starts, the command and the command's children,
+	// inherit all of them.
+	group := fmt.Sprintf("sandboxd-agent-%d", s.d.holder.PID)
+	dirs := cgroupDirs(group)
+	require.NotEmpty(t, dirs)
 	r := s.sh(t, "cat /proc/self/cgroup")
 	require.Equal(t, 0, r.exit.Code, r.stderr)
-	assert.Contains(t, r.stdout, fmt.Sprintf("sandboxd-agent-%d", s.d.holder.PID), "a session is in the agent's cgroup")
+	assert.Equal(t, len(dirs), strings.Count(r.stdout, group), "a session is in each of the agent's groups %v:\n%s", dirs, r.stdout)
 
 	// /sys is read-only inside, so a root agent can neither lift its limits
 	// nor move itself out of the group
 	// (docs/failures.md#kernel-settings-stay-read-only).
-	r = s.sh(t, `for f in $(find /sys/fs/cgroup -name pids.max -o -name memory.limit_in_bytes -o -name memory.max -o -name cgroup.procs 2>/dev/null | head -200); do
+	r = s.sh(t, `for f in $(find /sys/fs/cgroup -name pids.max -o -name memory.limit_in_bytes -o -name memory.max -o -name cgroup.procs -o -name tasks 2>/dev/null | head -200); do
   echo tried
-  case $f in *cgroup.procs) echo $$ > $f ;; *) echo 1000000 > $f ;; esac 2>/dev/null && echo "WROTE $f"
+  case $f in *cgroup.procs|*tasks) echo $$ > $f ;; *) echo 1000000 > $f ;; esac 2>/dev/null && echo "WROTE $f"
 done; true`)
 	assert.Contains(t, r.stdout, "tried", "the cgroup files are visible inside")
 	assert.NotContains(t, r.stdout, "WROTE", "an agent rewrote its cgroup")
@@ -434,8 +441,6 @@ done; true`)
 	assert.Less(t, len(sleeps), 40, "the pid limit stopped a root agent")
 
 	// The group goes with serve (docs/failures.md#stop-leaves-nothing-behind).
-	group := fmt.Sprintf("sandboxd-agent-%d", s.d.holder.PID)
-	require.NotEmpty(t, cgroupDirs(group))
 	s.cancel()
 	require.NoError(t, <-s.done)
 	s.done <- nil // for the test's own cleanup

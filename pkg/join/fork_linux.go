@@ -55,7 +55,7 @@ type forkPlan struct {
 	parent     int            // the daemon's pid, to see that it is still there
 	report     int            // write end of the report pipe (close-on-exec)
 	enter      *enterPlan     // the agent's command to become (nil: exec the binary at exe)
-	cgroup     []int          // cgroup.procs descriptors to write "0" into: join the agent's cgroup
+	cgroup     []int          // descriptors of the agent cgroup's join files (tasks or cgroup.procs) to write "0" into
 	record     *[2]int32      // what the copy writes on the report pipe
 	sockets    *socketPlan    // instead of an exec: make these sockets, pass them back and exit (sockets_linux.go)
 	filesBelow int            // > 0: fork sharing the descriptor table and keep only those beneath it (forkfiles_linux.go)
@@ -88,7 +88,7 @@ const (
 
 var (
 	emptyPath = []byte{0}
-	zero      = []byte("0") // written into cgroup.procs: "this process"
+	zero      = []byte("0") // written into a cgroup's join file: "this process" (its one thread)
 )
 
 // forkJoined forks the copy described by p and returns its pid in the

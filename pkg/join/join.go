@@ -85,9 +85,11 @@ type Limits struct {
 	// MaxProcs is RLIMIT_NPROC for a non-root agent user: the processes its
 	// uid may have at once. The kernel exempts root from it.
 	MaxProcs uint64
-	// Cgroup are cgroup.procs files of the agent's cgroup, open for
-	// writing (internal/cgroup): the forked copy joins it before anything
-	// else, so that the command and all it starts are inside.
+	// Cgroup are the files of the agent's cgroup that a process writes "0"
+	// into to join it, open for writing (internal/cgroup's JoinFiles: tasks
+	// on v1, cgroup.procs on v2): the forked copy, single-threaded, joins
+	// it before anything else, so that the command and all it starts are
+	// inside.
 	Cgroup []*os.File
 }
 

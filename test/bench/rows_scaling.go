@@ -47,9 +47,11 @@ func (b *bench) execScaling(ctx context.Context) error {
 	for _, n := range levels {
 		perWorker := max(pick(b, 3, 2), pick(b, 200, 40)/n)
 		lat := make([]samples, 2)
+		busy := make([]time.Duration, 2) // the runs' wall time, for execs per second
 		for r := 0; r < rounds; r++ {
 			for i, t := range targets {
-				l, k, err := concurrentExecs(ctx, t, n, perWorker)
+				l, k, d, err := concurrentExecs(ctx, t, n, perWorker)
+				busy[i] += d
 				refused[i] += k
 				if err != nil {
 					return fmt.Errorf("%s, %d sessions: %w", t.name, n, err)
@@ -63,22 +65,29 @@ func (b *bench) execScaling(ctx context.Context) error {
 		for i := range curves {
 			curves[i].points = append(curves[i].points, point{x: float64(n), p50: lat[i].pct(50), p99: lat[i].pct(99)})
 		}
-		b.logf("%d concurrent SSH execs of `true` (%d each): sshd p50 %.1f p99 %.1f ms; sandboxd p50 %.1f p99 %.1f ms",
-			n, perWorker, lat[0].pct(50), lat[0].pct(99), lat[1].pct(50), lat[1].pct(99))
+		b.logf("%d concurrent SSH execs of `true` (%d each): sshd p50 %.1f p99 %.1f mean %.1f ms; sandboxd p50 %.1f p99 %.1f mean %.1f ms",
+			n, perWorker, lat[0].pct(50), lat[0].pct(99), lat[0].mean(), lat[1].pct(50), lat[1].pct(99), lat[1].mean())
 		if n > 1 {
-			b.addScaling(n, lat)
+			b.addScaling(n, lat, busy)
 		}
 	}
 	return nil
 }
 
 // addScaling adds the target rows of one concurrency level: p50 and p99 of
-// every exec, each ≤ 1× sshd's.
-func (b *bench) addScaling(n int, lat []samples) {
+// every exec, each ≤ 1× sshd's. With n workers that each start their next
+// exec as soon as one ends, the mean latency is n over the execs per second
+// whatever the order of service (Little's law); the percentiles also carry
+// the order: a server that serves some sessions ahead of others has a p50
+// below its mean and a long p99. So the detail gives the mean and the rate.
+func (b *bench) addScaling(n int, lat []samples, busy []time.Duration) {
+	rate := func(i int) float64 { return float64(len(lat[i])) / busy[i].Seconds() }
+	shape := fmt.Sprintf("every exec of every session, both rounds (the How cost grows table); mean %s ms for sshd and %s ms for sandboxd, at %.0f and %.0f execs/s (the runs' wall time, the connections' set-up left out)",
+		fmtNum(lat[0].mean()), fmtNum(lat[1].mean()), rate(0), rate(1))
 	for _, q := range []float64{50, 99} {
 		r := &result{id: fmt.Sprintf("scaling-%d-p%.0f", n, q), name: fmt.Sprintf("%d concurrent SSH sessions, exec of `true`, p%.0f", n, q),
 			unit: "ms", peer: "OpenSSH sshd", peerV: lat[0].pct(q), ours: lat[1].pct(q), n: len(lat[1]), target: 1, lessIsOK: true}
-		r.detail = "every exec of every session, both rounds (the How cost grows table)"
+		r.detail = shape
 		b.results = append(b.results, r)
 		b.logf("%s: %s %s ms, sandboxd %s ms → %.3f× (target %s) %s", r.name, r.peer, fmtNum(r.peerV), fmtNum(r.ours), r.ratio(), r.targetText(), verdict(r.met()))
 	}
@@ -86,16 +95,19 @@ func (b *bench) addScaling(n int, lat []samples) {
 
 // concurrentExecs runs n workers, each doing count execs of `true` one after
 // another, over ceil(n/16) connections opened beforehand, all starting
-// together; it returns every exec's latency in ms, and how many sessions the
+// together; it returns every exec's latency in ms, how many sessions the
 // server refused for too many on one connection (retried; the wait counts in
-// that exec's latency).
-func concurrentExecs(ctx context.Context, t *sshTarget, n, count int) (samples, int, error) {
+// that exec's latency), and the wall time of the execs (the connections'
+// set-up left out).
+func concurrentExecs(ctx context.Context, t *sshTarget, n, count int) (samples, int, time.Duration, error) {
 	conns, err := dialSessions(t, n)
 	defer closeAll(conns)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
-	return concurrentExecsOn(ctx, conns, n, count)
+	t0 := time.Now()
+	lat, refused, err := concurrentExecsOn(ctx, conns, n, count)
+	return lat, refused, time.Since(t0), err
 }
 
 // dialSessions opens the connections n concurrent sessions are spread over;

@@ -22,6 +22,18 @@ func (s samples) pct(p float64) float64 {
 	return c[max(0, min(i, len(c)-1))]
 }
 
+// mean is the arithmetic mean.
+func (s samples) mean() float64 {
+	if len(s) == 0 {
+		return math.NaN()
+	}
+	var sum float64
+	for _, v := range s {
+		sum += v
+	}
+	return sum / float64(len(s))
+}
+
 func (s samples) median() float64 {
 	if len(s) == 0 {
 		return math.NaN()
