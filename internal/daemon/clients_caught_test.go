@@ -51,7 +51,7 @@ func startTestNet(t *testing.T) *testNet {
 	n.otherHits = serveBanner(n.other.Listen(t, 80), page)
 	serveTLS(t, n.allowed.Listen(t, 443))
 	requireTool(t, "redis-server")
-	redis := exec.Command("ip", "netns", "exec", n.allowed.Namespace(), "redis-server", "--port", "6379", "--bind", n.allowed.Addr.String(),
+	redis := n.allowed.Command("redis-server", "--port", "6379", "--bind", n.allowed.Addr.String(),
 		"--save", "", "--appendonly", "no", "--protected-mode", "no")
 	require.NoError(t, redis.Start())
 	t.Cleanup(func() { redis.Process.Kill(); redis.Wait() })
@@ -228,7 +228,7 @@ func startGitSSH(t *testing.T, n *testNet) (key, repo string) {
 	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("Port 22\nListenAddress %s\nHostKey %s\nPidFile %s/sshd.pid\nAuthorizedKeysFile %s\n"+
 		"PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nUseDNS no\n",
 		n.allowed.Addr, hostKey, dir, auth)), 0o600))
-	cmd := exec.Command("ip", "netns", "exec", n.allowed.Namespace(), sshd, "-D", "-e", "-f", conf)
+	cmd := n.allowed.Command(sshd, "-D", "-e", "-f", conf)
 	cmd.WaitDelay = time.Second
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
