@@ -146,16 +146,18 @@ func createV2(own, name string, l Limits) (*Group, error) {
 	return g, nil
 }
 
-// The file a joining process writes "0" into. What joins is always a
-// single-threaded process (join's forked copy), so moving its one thread
-// moves all of it. On v1 that is the tasks file: a write to cgroup.procs
-// takes the kernel's global threadgroup lock for writing, which waits out
-// an RCU grace period and holds back every fork on the machine meanwhile,
-// while moving the writer's own thread takes only the cgroup mutex. With
-// cgroup.procs, 100 concurrent SSH execs left 10–18% of the CPU idle, the
-// copies asleep in percpu_down_write
+// openJoin opens the file of dir that a joining process writes "0" into.
+// What joins is always a single-threaded process (join's forked copy), so
+// moving its one thread moves all of it, and on v1 the file is tasks: a
+// write to cgroup.procs takes the kernel's global threadgroup lock for
+// writing, which after a quiet moment waits out an RCU grace period and
+// holds back every fork on the machine meanwhile, while "0" written to tasks
+// (the writer's own thread, by no number) skips that lock (Linux 6.0, and
+// 5.4.213 on; older kernels take it either way). A pid number written to
+// tasks would take the lock again
 // (docs/failures.md#the-agents-cgroup-is-joined-by-thread). v2 moves a
-// thread alone only within a threaded subtree, so there it is cgroup.procs.
+// thread alone only within a threaded subtree, so there it is cgroup.procs
+// (clone3 with CLONE_INTO_CGROUP would be the way round it there).
 func (g *Group) openJoin(dir, file string) error {
 	f, err := os.OpenFile(filepath.Join(dir, file), os.O_WRONLY, 0)
 	if err != nil {

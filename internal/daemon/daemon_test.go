@@ -422,6 +422,21 @@ func TestAgentCgroup(t *testing.T) {
 	r := s.sh(t, "cat /proc/self/cgroup")
 	require.Equal(t, 0, r.exit.Code, r.stderr)
 	assert.Equal(t, len(dirs), strings.Count(r.stdout, group), "a session is in each of the agent's groups %v:\n%s", dirs, r.stdout)
+	// v1 is joined through tasks (docs/failures.md#the-agents-cgroup-is-joined-by-thread),
+	// which moves one thread: none of the daemon's own may be in the group.
+	for _, f := range s.d.cgroup.JoinFiles() {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(f.Name()), "cgroup.controllers")); err != nil {
+			assert.Equal(t, "tasks", filepath.Base(f.Name()), "a v1 group is joined by thread")
+		}
+	}
+	threads, err := filepath.Glob("/proc/self/task/*/cgroup")
+	require.NoError(t, err)
+	for _, p := range threads {
+		b, err := os.ReadFile(p)
+		if err == nil {
+			assert.NotContains(t, string(b), group, "a thread of the daemon is in the agent's group: %s", p)
+		}
+	}
 
 	// /sys is read-only inside, so a root agent can neither lift its limits
 	// nor move itself out of the group

@@ -189,7 +189,7 @@ var escalation = []attempt{
 	{name: "add a route", sh: `ip route add 10.213.77.0/29 dev lo`},
 	{name: "set privileged socket options (SO_MARK)", sh: `{PY} sockopt`},
 	{name: "write a sysctl (test -w only)", sh: `for f in /proc/sys/kernel/core_pattern /proc/sys/kernel/modprobe /proc/sys/kernel/sysrq /proc/sys/kernel/panic /proc/sys/vm/drop_caches /proc/sys/net/ipv4/ip_forward /proc/sys/net/ipv4/conf/all/forwarding /proc/sys/fs/binfmt_misc/register /proc/sys/kernel/yama/ptrace_scope /proc/sys/user/max_user_namespaces /proc/sysrq-trigger; do test -w $f && { echo writable: $f; exit 0; }; done; exit 1`},
-	{name: "write /sys and the cgroup tree (test -w only)", sh: `for f in /sys/kernel/uevent_helper /sys/fs/cgroup/memory/release_agent /sys/fs/cgroup/pids/cgroup.procs /sys/fs/cgroup/memory/cgroup.procs /sys/fs/cgroup/unified/cgroup.procs /sys/fs/cgroup/cgroup.procs /sys/power/state /sys/class/net/lo/mtu; do test -w $f && { echo writable: $f; exit 0; }; done; exit 1`},
+	{name: "write /sys and the cgroup tree (test -w only)", sh: `for f in /sys/kernel/uevent_helper /sys/fs/cgroup/memory/release_agent /sys/fs/cgroup/pids/cgroup.procs /sys/fs/cgroup/memory/cgroup.procs /sys/fs/cgroup/pids/tasks /sys/fs/cgroup/memory/tasks /sys/fs/cgroup/unified/cgroup.procs /sys/fs/cgroup/cgroup.procs /sys/power/state /sys/class/net/lo/mtu; do test -w $f && { echo writable: $f; exit 0; }; done; exit 1`},
 	{name: "load a kernel module (finit_module)", sh: `{PY} module`},
 }
 

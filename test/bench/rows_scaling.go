@@ -47,11 +47,11 @@ func (b *bench) execScaling(ctx context.Context) error {
 	for _, n := range levels {
 		perWorker := max(pick(b, 3, 2), pick(b, 200, 40)/n)
 		lat := make([]samples, 2)
-		busy := make([]time.Duration, 2) // the runs' wall time, for execs per second
+		wall := make([]time.Duration, 2) // the runs' wall time, for execs per second
 		for r := 0; r < rounds; r++ {
 			for i, t := range targets {
 				l, k, d, err := concurrentExecs(ctx, t, n, perWorker)
-				busy[i] += d
+				wall[i] += d
 				refused[i] += k
 				if err != nil {
 					return fmt.Errorf("%s, %d sessions: %w", t.name, n, err)
@@ -68,7 +68,7 @@ func (b *bench) execScaling(ctx context.Context) error {
 		b.logf("%d concurrent SSH execs of `true` (%d each): sshd p50 %.1f p99 %.1f mean %.1f ms; sandboxd p50 %.1f p99 %.1f mean %.1f ms",
 			n, perWorker, lat[0].pct(50), lat[0].pct(99), lat[0].mean(), lat[1].pct(50), lat[1].pct(99), lat[1].mean())
 		if n > 1 {
-			b.addScaling(n, lat, busy)
+			b.addScaling(n, lat, wall)
 		}
 	}
 	return nil
@@ -77,11 +77,14 @@ func (b *bench) execScaling(ctx context.Context) error {
 // addScaling adds the target rows of one concurrency level: p50 and p99 of
 // every exec, each ≤ 1× sshd's. With n workers that each start their next
 // exec as soon as one ends, the mean latency is n over the execs per second
-// whatever the order of service (Little's law); the percentiles also carry
-// the order: a server that serves some sessions ahead of others has a p50
-// below its mean and a long p99. So the detail gives the mean and the rate.
-func (b *bench) addScaling(n int, lat []samples, busy []time.Duration) {
-	rate := func(i int) float64 { return float64(len(lat[i])) / busy[i].Seconds() }
+// while all n are busy, whatever the order of service (Little's law); over a
+// whole run it is less, by the tail in which fewer still run, which is
+// longer for a server that serves sessions unevenly. The percentiles also
+// carry the order: a server that serves some sessions ahead of others has a
+// p50 below its mean and a long p99. So the detail gives the mean and the
+// rate.
+func (b *bench) addScaling(n int, lat []samples, wall []time.Duration) {
+	rate := func(i int) float64 { return float64(len(lat[i])) / wall[i].Seconds() }
 	shape := fmt.Sprintf("every exec of every session, both rounds (the How cost grows table); mean %s ms for sshd and %s ms for sandboxd, at %.0f and %.0f execs/s (the runs' wall time, the connections' set-up left out)",
 		fmtNum(lat[0].mean()), fmtNum(lat[1].mean()), rate(0), rate(1))
 	for _, q := range []float64{50, 99} {
