@@ -27,7 +27,7 @@ import (
 // add` bind-mounts it under /run/netns, and a mount made or removed there
 // while a sandbox of --host starts, in another package's test binary, made
 // that sandbox's bwrap fail to remount its copy of / ("Unable to apply mount
-// flags").
+// flags"; docs/failures.md#test-hosts-make-no-mount).
 type TestHost struct {
 	Addr netip.Addr // the host's address
 	Side netip.Addr // the substrate's end of the pair
