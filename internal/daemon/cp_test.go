@@ -233,8 +233,12 @@ func TestCpHarborFailuresThroughTheSandbox(t *testing.T) {
 
 // The copy's role runs as the sandbox's root without the agent's limits,
 // in the sandbox's pid namespace: a root agent must not be able to read or
-// trace it (and so run in it outside its cgroup). It is undumpable, so its
-// /proc files are closed to a root without CAP_SYS_PTRACE.
+// trace it (and so run in it outside its cgroup). Its permitted set holds a
+// capability a root session's lacks, from its exec on, and it is
+// undumpable once running: either closes its /proc files to a root without
+// CAP_SYS_PTRACE. The first is checked from outside, since the moment
+// between the role's exec and its PR_SET_DUMPABLE is too short to catch on
+// purpose from inside.
 func TestCpRoleIsClosedToARootAgent(t *testing.T) {
 	s := serveForTest(t, config.Config{AgentUser: "0:0"})
 	inside := sharedTmp(t, 0o777)
@@ -251,6 +255,54 @@ func TestCpRoleIsClosedToARootAgent(t *testing.T) {
 	r := s.exec(t, control.Request{Argv: []string{"/bin/sh", "-c", "ls /proc/" + pid + "/fd && cat /proc/" + pid + "/environ"}, User: "0"}, "")
 	assert.NotEqual(t, 0, r.exit.Code, "a root agent read the cp role's descriptors and environment: %s", r.stdout)
 	assert.Contains(t, r.stderr, "ermission denied")
+
+	r = s.exec(t, control.Request{Argv: []string{"/bin/sh", "-c", "grep ^CapPrm: /proc/self/status"}, User: "0"}, "")
+	require.NoError(t, r.err, r.stderr)
+	agent := capSet(t, r.stdout)
+	role := capSet(t, procStatusLine(t, hostPIDOf(t, "unpack\x00"+inside+"\x00"), "CapPrm"))
+	assert.NotZero(t, role&^agent, "the cp role's permitted set %016x lies within a root agent's %016x, so a root agent may trace it as it starts", role, agent)
 	pw.Close()
 	require.NoError(t, <-copied)
+}
+
+// hostPIDOf is the process, as this test sees it, whose command line (its
+// arguments NUL-separated) holds want.
+func hostPIDOf(t *testing.T, want string) int {
+	t.Helper()
+	dirs, err := filepath.Glob("/proc/[0-9]*")
+	require.NoError(t, err)
+	for _, d := range dirs {
+		b, err := os.ReadFile(d + "/cmdline")
+		if err == nil && strings.Contains(string(b), want) {
+			var pid int
+			fmt.Sscan(filepath.Base(d), &pid)
+			return pid
+		}
+	}
+	t.Fatalf("no process with %q in its command line", want)
+	return 0
+}
+
+// procStatusLine is the value of one field of /proc/PID/status.
+func procStatusLine(t *testing.T, pid int, field string) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return ""
+}
+
+// capSet parses a capability mask as /proc/PID/status prints it, with or
+// without its field name.
+func capSet(t *testing.T, s string) uint64 {
+	t.Helper()
+	var mask uint64
+	_, err := fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(s), "CapPrm:")), "%x", &mask)
+	require.NoError(t, err, "capability mask %q", s)
+	return mask
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -42,11 +43,12 @@ func Serve(ctx context.Context, conn *control.Conn, t join.Target, c control.Cop
 		args = []string{"unpack", p, strconv.Itoa(int(owner.UID)), strconv.Itoa(int(owner.GID)), flag(c.Archive), flag(c.Raw)}
 	}
 	// Joined as a session is, as the sandbox's root with a session's
-	// bounded capabilities (enough to read anything and to chown), but
-	// without the agent's limits: the copy is the harness's, and must not
-	// be the OOM killer's first pick or count against the agent's cgroup.
+	// bounded capabilities (enough to read anything and to chown) and the
+	// one of roleCaps, but without the agent's limits: the copy is the
+	// harness's, and must not be the OOM killer's first pick or count
+	// against the agent's cgroup.
 	t.Limits = join.Limits{}
-	st, err := t.Command(join.Spec{User: idmap.User{Name: "root"}, Dir: "/", Role: role, Argv: args})
+	st, err := t.Command(join.Spec{User: idmap.User{Name: "root"}, Dir: "/", Role: role, Argv: args, Caps: roleCaps})
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -113,6 +115,18 @@ func Serve(ctx context.Context, conn *control.Conn, t join.Target, c control.Cop
 	}
 	return Outcome{Exit: exit, State: cmd.ProcessState, Bytes: bytes.Load()}, nil
 }
+
+// roleCaps are a session's capabilities and CAP_SYS_MODULE. A root agent
+// may trace a process of its own uid, or read its /proc files, only while
+// that process is dumpable and its permitted set lies within the agent's
+// (cap_ptrace_access_check). The role is dumpable from its exec until its
+// Go runtime has started and made it otherwise, long enough under load for
+// an agent polling /proc; a permitted set the agent's never covers closes
+// that moment as the exec commits the role's credentials. CAP_SYS_MODULE
+// grants the role nothing: the kernel asks for it only in the initial user
+// namespace, and the role holds it in the sandbox's, which every sandbox
+// owns (docs/failures.md#a-root-agent-cannot-take-over-the-copys-side).
+var roleCaps = append(slices.Clone(join.DefaultCaps), "CAP_SYS_MODULE")
 
 func flag(b bool) string {
 	if b {

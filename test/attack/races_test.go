@@ -1,6 +1,8 @@
 package attack
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -30,6 +32,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/masks"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/grade"
+	"github.com/sandboxd/sandboxd/pkg/tarcopy"
 )
 
 // The race class: time-of-check races against every path in the shared
@@ -466,6 +469,46 @@ func sftpAct(rt *raceTarget) string {
 	})
 }
 
+// cpActCopies is how many copies cpAct makes, each one cp role for the
+// racer to catch.
+const cpActCopies = 40
+
+// cpAct copies a small archive into the agent's workdir, cpActCopies times.
+func cpAct(rt *raceTarget) string {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	tw.WriteHeader(&tar.Header{Name: "cp-race", Mode: 0o644, Size: 2, Typeflag: tar.TypeReg})
+	tw.Write([]byte("x\n"))
+	tw.Close()
+	for i := range cpActCopies {
+		ctx, cancel := context.WithTimeout(context.Background(), raceAnswer)
+		err := tarcopy.Run(ctx, rt.client, tarcopy.Copy{Src: "-", Dst: "sandbox:" + rt.workdir, Stdin: bytes.NewReader(b.Bytes()), Stderr: io.Discard})
+		cancel()
+		if err != nil {
+			return fmt.Sprintf("copy %d of %d: %v", i+1, cpActCopies, err)
+		}
+	}
+	return ""
+}
+
+// roleNotTaken fails a take-role racer that read a role, and one that saw
+// none (then nothing was tried).
+func roleNotTaken(out string) string {
+	i := strings.Index(out, "seen ")
+	if i < 0 {
+		return "the racer gave no tally: " + strings.TrimSpace(out)
+	}
+	var seen, read int
+	fmt.Sscanf(out[i:], "seen %d read %d", &seen, &read)
+	switch {
+	case read > 0:
+		return "a root agent read the copy's role: " + strings.TrimSpace(out)
+	case seen == 0:
+		return "the racer saw no copy's role, so nothing was tried: " + strings.TrimSpace(out)
+	}
+	return ""
+}
+
 // forwardAct opens `ssh -L` to the peer's name, which the daemon resolves in
 // the sandbox's /etc/hosts: connected or refused, it must answer.
 func forwardAct(rt *raceTarget) string {
@@ -654,6 +697,10 @@ var races = []race{
 	{name: "/run/user (listed by the daemon for the host sockets to mask): a FIFO", where: "host",
 		plant:   `if test -e /run/user; then ls -ld /run/user; exit 3; fi; mkfifo /run/user`,
 		restore: func(rt *raceTarget) { unblockFIFO("/run/user"); os.Remove("/run/user") }, act: gradeAct(raceStall, 0)},
+	// The copy's role runs as the sandbox's root beyond the agent's limits:
+	// caught as it starts, before it is undumpable.
+	{name: "the copy's role, read from /proc as it starts",
+		plant: `racer take-role sandboxd-cp`, act: cpAct, racer: roleNotTaken, undo: `rm -f {WD}/cp-race`},
 	{name: "the harness dir's ancestors: the topmost renamed aside, a forged control socket served in its place",
 		plant:   `rn {TOP} {TOP}.moved && racer fake-control {H}/run/control.sock`,
 		restore: func(rt *raceTarget) { putBackDir(rt.top, rt.top+".moved") }, act: controlAct},
@@ -1102,6 +1149,9 @@ func copyTo(from, to string, mode os.FileMode) error {
 //	    answer the control protocol at SOCK with a forged status and verdict.
 //	STOPFILE SECONDS rename A B
 //	    rename(2) A to B, and nothing else.
+//	STOPFILE SECONDS take-role ARGV0
+//	    poll /proc for processes whose argv[0] is ARGV0 and, from the first
+//	    moment each is seen, try to read its environment and descriptors.
 //	STOPFILE SECONDS fill DIR N
 //	    make N entries junk-* in DIR: FIFOs, sockets, links to /dev/urandom
 //	    and small files.
@@ -1129,6 +1179,7 @@ func racerMain(args []string) int {
 	verbs := map[string]func([]string, func() bool) (string, error){
 		"swap-new": racerSwapNew, "exchange": racerExchange, "pty": racerPTY,
 		"fake-control": racerFakeControl, "fill": racerFill, "rename": racerRename,
+		"take-role": racerTakeRole,
 	}
 	verb, ok := verbs[args[2]]
 	if !ok {
@@ -1341,6 +1392,59 @@ func racerRename(a []string, _ func() bool) (string, error) {
 		return "", fmt.Errorf("rename %s %s: %w", a[0], a[1], err)
 	}
 	return "renamed " + a[0] + " to " + a[1], nil
+}
+
+// racerTakeRole is a root agent after the daemon's own processes in its pid
+// namespace: each one that is ARGV0, it tries to read from the moment its
+// cmdline shows, as long as it lives.
+func racerTakeRole(a []string, stopped func() bool) (string, error) {
+	if len(a) != 1 {
+		return "", errors.New("take-role ARGV0")
+	}
+	want := a[0] + "\x00"
+	proc, err := os.Open("/proc")
+	if err != nil {
+		return "", err
+	}
+	defer proc.Close()
+	fmt.Println("ready")
+	tried := map[string]bool{}
+	seen, read := 0, 0
+	for !stopped() {
+		proc.Seek(0, io.SeekStart)
+		names, err := proc.Readdirnames(-1)
+		if err != nil {
+			return "", err
+		}
+		for _, pid := range names {
+			if tried[pid] || pid[0] < '0' || pid[0] > '9' {
+				continue
+			}
+			b, err := os.ReadFile("/proc/" + pid + "/cmdline")
+			if err != nil || !strings.HasPrefix(string(b), want) {
+				continue
+			}
+			tried[pid] = true
+			seen++
+			for {
+				env, err := os.ReadFile("/proc/" + pid + "/environ")
+				if err == nil {
+					read++
+					fmt.Printf("read the environment of %s: %q\n", pid, env)
+					break
+				}
+				if _, err := os.Stat("/proc/" + pid); err != nil {
+					break
+				}
+				if _, err := os.Readlink("/proc/" + pid + "/fd/0"); err == nil {
+					read++
+					fmt.Printf("read the descriptors of %s\n", pid)
+					break
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("seen %d read %d", seen, read), nil
 }
 
 func racerFill(a []string, _ func() bool) (string, error) {
