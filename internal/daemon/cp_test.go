@@ -19,6 +19,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/internal/procfs"
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/tarcopy"
 )
@@ -256,7 +257,7 @@ func TestCpRoleIsClosedToARootAgent(t *testing.T) {
 	assert.NotEqual(t, 0, r.exit.Code, "a root agent read the cp role's descriptors and environment: %s", r.stdout)
 	assert.Contains(t, r.stderr, "ermission denied")
 
-	r = s.exec(t, control.Request{Argv: []string{"/bin/sh", "-c", "grep ^CapPrm: /proc/self/status"}, User: "0"}, "")
+	r = s.exec(t, control.Request{Argv: []string{"/bin/sh", "-c", "awk '/^CapPrm:/ {print $2}' /proc/self/status"}, User: "0"}, "")
 	require.NoError(t, r.err, r.stderr)
 	agent := capSet(t, r.stdout)
 	role := capSet(t, procStatusLine(t, hostPIDOf(t, "unpack\x00"+inside+"\x00"), "CapPrm"))
@@ -269,13 +270,9 @@ func TestCpRoleIsClosedToARootAgent(t *testing.T) {
 // arguments NUL-separated) holds want.
 func hostPIDOf(t *testing.T, want string) int {
 	t.Helper()
-	dirs, err := filepath.Glob("/proc/[0-9]*")
-	require.NoError(t, err)
-	for _, d := range dirs {
-		b, err := os.ReadFile(d + "/cmdline")
+	for _, pid := range procfs.PIDs() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		if err == nil && strings.Contains(string(b), want) {
-			var pid int
-			fmt.Sscan(filepath.Base(d), &pid)
 			return pid
 		}
 	}
@@ -297,12 +294,11 @@ func procStatusLine(t *testing.T, pid int, field string) string {
 	return ""
 }
 
-// capSet parses a capability mask as /proc/PID/status prints it, with or
-// without its field name.
+// capSet parses a capability mask as /proc/PID/status prints it.
 func capSet(t *testing.T, s string) uint64 {
 	t.Helper()
 	var mask uint64
-	_, err := fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(s), "CapPrm:")), "%x", &mask)
+	_, err := fmt.Sscanf(strings.TrimSpace(s), "%x", &mask)
 	require.NoError(t, err, "capability mask %q", s)
 	return mask
 }

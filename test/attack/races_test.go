@@ -1426,7 +1426,7 @@ func racerTakeRole(a []string, stopped func() bool) (string, error) {
 			}
 			tried[pid] = true
 			seen++
-			for {
+			for !stopped() {
 				env, err := os.ReadFile("/proc/" + pid + "/environ")
 				if err == nil {
 					read++
