@@ -14,7 +14,9 @@ import (
 // role is the child role that does the sandbox's side of a copy. It is
 // joined into the sandbox as a session is (Serve), so every path it
 // resolves, symlinks included, resolves in the sandbox's view, where the
-// harness dir is absent, and it holds no more than a session's root.
+// harness dir is absent. It holds a session's root capabilities and
+// CAP_SYS_MODULE, which keeps a root agent from tracing it (roleCaps) and
+// grants nothing in the sandbox's user namespace.
 const role = "cp"
 
 func init() { childproc.Add(role, runRole) }
@@ -25,8 +27,8 @@ func init() { childproc.Add(role, runRole) }
 func runRole(args []string) int {
 	// The role runs as the sandbox's root in the sandbox's pid namespace,
 	// outside the agent's cgroup and limits: undumpable, a root agent
-	// (without CAP_SYS_PTRACE) can neither trace it nor read its /proc
-	// files, so it cannot run itself there. Between the exec and here the
+	// (without CAP_SYS_PTRACE) can neither trace it nor read its memory,
+	// environment or descriptors, so it cannot run itself there. Between the exec and here the
 	// role's permitted set, wider than any session's (roleCaps), does the
 	// same.
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)

@@ -1427,8 +1427,10 @@ func racerTakeRole(a []string, stopped func() bool) (string, error) {
 			tried[pid] = true
 			seen++
 			for !stopped() {
+				// An exiting role's environ, its memory gone, opens and
+				// reads empty on older kernels: only its words are a read.
 				env, err := os.ReadFile("/proc/" + pid + "/environ")
-				if err == nil {
+				if err == nil && bytes.Contains(env, []byte("SANDBOXD_CHILD=")) {
 					read++
 					fmt.Printf("read the environment of %s: %q\n", pid, env)
 					break
