@@ -28,9 +28,9 @@ func runRole(args []string) int {
 	// The role runs as the sandbox's root in the sandbox's pid namespace,
 	// outside the agent's cgroup and limits: undumpable, a root agent
 	// (without CAP_SYS_PTRACE) can neither trace it nor read its memory,
-	// environment or descriptors, so it cannot run itself there. Between the exec and here the
-	// role's permitted set, wider than any session's (roleCaps), does the
-	// same.
+	// environment or descriptors, so it cannot run itself there. Between
+	// the exec and here the role's permitted set, wider than any
+	// session's (roleCaps), does the same.
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	err := roleMain(args)
 	if err != nil {
