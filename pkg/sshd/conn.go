@@ -16,6 +16,7 @@ import (
 type conn struct {
 	s      *Server
 	sconn  *ssh.ServerConn
+	out    *packetConn // sconn's socket, for packets that leave together
 	id     *identity
 	log    *slog.Logger
 	ctx    context.Context // ends with the connection: harness commands, dials
@@ -34,7 +35,7 @@ func (s *Server) serveConn(nc net.Conn) {
 	// A client that connects and says nothing must not hold a goroutine
 	// and a descriptor forever.
 	nc.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
-	sconn, chans, reqs, err := newServerConn(nc, s.sshConfig)
+	out, sconn, chans, reqs, err := newServerConn(nc, s.sshConfig)
 	<-s.handshake
 	s.mu.Lock()
 	delete(s.pending, nc)
@@ -55,7 +56,7 @@ func (s *Server) serveConn(nc net.Conn) {
 		role = "harness"
 	}
 	c := &conn{
-		s: s, sconn: sconn, id: id,
+		s: s, sconn: sconn, out: out, id: id,
 		log:      s.log.With("remote", sconn.RemoteAddr().String(), "key", id.key.Fingerprint(), "role", role),
 		sessions: counter{max: int32(s.cfg.MaxSessionsPerConn)},
 		forwards: counter{max: int32(s.cfg.MaxForwardsPerConn)},

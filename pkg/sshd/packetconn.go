@@ -3,8 +3,10 @@ package sshd
 import (
 	"net"
 	"sync/atomic"
+	"syscall"
 
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/sys/unix"
 )
 
 // transportBuffer is the size of the bufio.Writer that x/crypto/ssh's
@@ -34,18 +36,47 @@ type packetConn struct {
 	algs atomic.Pointer[ssh.AlgorithmsConnMetadata]
 	held []byte // a mid-packet flush, written with the rest of its packet
 	pair [2][]byte
+	raw  syscall.RawConn // the TCP socket, for together; nil on any other kind of connection
 }
 
-// newServerConn is ssh.NewServerConn on nc through a packetConn.
-func newServerConn(nc net.Conn, cfg *ssh.ServerConfig) (*ssh.ServerConn, <-chan ssh.NewChannel, <-chan *ssh.Request, error) {
+// newServerConn is ssh.NewServerConn on nc through a packetConn, which it
+// also returns.
+func newServerConn(nc net.Conn, cfg *ssh.ServerConfig) (*packetConn, *ssh.ServerConn, <-chan ssh.NewChannel, <-chan *ssh.Request, error) {
 	pc := &packetConn{Conn: nc, held: make([]byte, 0, transportBuffer)}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		pc.raw, _ = tc.SyscallConn()
+	}
 	sconn, chans, reqs, err := ssh.NewServerConn(pc, cfg)
 	if err == nil {
 		if m, ok := sconn.Conn.(ssh.AlgorithmsConnMetadata); ok {
 			pc.negotiated(m)
 		}
 	}
-	return sconn, chans, reqs, err
+	return pc, sconn, chans, reqs, err
+}
+
+// together hands the kernel the packets that send writes back to back in
+// as few TCP segments as it can. A session ends with three packets
+// (exit-status, EOF, close) that x/crypto/ssh writes one call each, where
+// sshd sends them in one write(2); apart, each is a segment of its own, a
+// wake-up of the client's reader and ACKs both ways
+// (docs/failures.md#a-sessions-end-leaves-in-one-segment). TCP_CORK holds
+// partial frames until it is cleared, and the kernel lets them go after
+// 200 ms whatever happens: a writer that blocks inside send (behind a key
+// exchange) delays them at most that long, and never waits on itself. Two
+// sessions ending at once may clear each other's cork early, which costs
+// only a segment more.
+func (c *packetConn) together(send func()) {
+	if c.raw == nil {
+		send()
+		return
+	}
+	cork := func(on int) {
+		c.raw.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_CORK, on) })
+	}
+	cork(1)
+	defer cork(0)
+	send()
 }
 
 // negotiated tells the connection where to read the current cipher from;

@@ -47,7 +47,7 @@ func startPacketServer(t *testing.T) *packetServer {
 			}
 			go func() {
 				defer nc.Close()
-				_, chans, reqs, err := newServerConn(nc, cfg)
+				_, _, chans, reqs, err := newServerConn(nc, cfg)
 				if err != nil {
 					return
 				}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/sandboxtest"
 	"github.com/sandboxd/sandboxd/pkg/sshd"
@@ -581,4 +583,50 @@ func TestSandboxCannotReachTheSSHPort(t *testing.T) {
 	c := ts.client(t, ts.agentSign)
 	_, _, code, _ := output(t, c, fmt.Sprintf("python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", %s), timeout=2)'", ts.port))
 	assert.NotEqual(t, 0, code, "a sandboxed process reached the SSH port")
+}
+
+// The three packets that end a session leave in one TCP segment
+// (docs/failures.md#a-sessions-end-leaves-in-one-segment): counted on the
+// client's socket, between the exec's reply and the channel's close.
+func TestSessionEndLeavesInOneSegment(t *testing.T) {
+	ts := startServer(t, options{})
+	nc, err := net.Dial("tcp", ts.addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { nc.Close() })
+	sc, chans, creqs, err := ssh.NewClientConn(nc, ts.addr, &ssh.ClientConfig{
+		User:            "agent",
+		Auth:            []ssh.AuthMethod{ssh.PublicKeys(ts.agentSign)},
+		HostKeyCallback: ssh.InsecureIgnoreHostKey(),
+		Timeout:         10 * time.Second,
+	})
+	require.NoError(t, err)
+	c := ssh.NewClient(sc, chans, creqs)
+	t.Cleanup(func() { c.Close() })
+	raw, err := nc.(*net.TCPConn).SyscallConn()
+	require.NoError(t, err)
+	segmentsIn := func() uint32 {
+		var info *unix.TCPInfo
+		var gerr error
+		require.NoError(t, raw.Control(func(fd uintptr) { info, gerr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) }))
+		require.NoError(t, gerr)
+		return info.Data_segs_in
+	}
+	for i := range 10 {
+		ch, reqs, err := c.OpenChannel("session", nil)
+		require.NoError(t, err)
+		ok, err := ch.SendRequest("exec", true, ssh.Marshal(struct{ Command string }{"exit 3"}))
+		require.NoError(t, err)
+		require.True(t, ok)
+		before := segmentsIn()
+		var got []string
+		for req := range reqs {
+			got = append(got, req.Type)
+		}
+		_, err = io.ReadAll(ch)
+		require.NoError(t, err)
+		after := segmentsIn()
+		assert.Equal(t, []string{"exit-status"}, got)
+		assert.Equal(t, uint32(1), after-before, "session %d: data segments from the server between the exec's reply and the close", i)
+		ch.Close()
+	}
 }

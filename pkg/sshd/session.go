@@ -423,18 +423,20 @@ func (ss *session) finish(e exitInfo, ended string) {
 		// Tell the client why, rather than let a bare signal speak.
 		ss.writeErr("sandboxd: " + why)
 	}
-	if e.Signal != "" {
-		ss.ch.SendRequest("exit-signal", false, ssh.Marshal(struct {
-			Signal     string
-			CoreDumped bool
-			Error      string
-			Lang       string
-		}{e.Signal, e.Core, why, ""}))
-	} else {
-		ss.ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{uint32(e.Code)}))
-	}
-	ss.ch.CloseWrite()
-	ss.ch.Close()
+	ss.c.out.together(func() {
+		if e.Signal != "" {
+			ss.ch.SendRequest("exit-signal", false, ssh.Marshal(struct {
+				Signal     string
+				CoreDumped bool
+				Error      string
+				Lang       string
+			}{e.Signal, e.Core, why, ""}))
+		} else {
+			ss.ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{uint32(e.Code)}))
+		}
+		ss.ch.CloseWrite()
+		ss.ch.Close()
+	})
 
 	ss.mu.Lock()
 	ss.rec.End = time.Now()
