@@ -298,11 +298,27 @@ func setEnv(env []string, key, value string) []string {
 	return append(out, prefix+value)
 }
 
+// relayBuffers holds the relays' buffers between sessions. Each session took
+// three fresh ones (stdin, stdout, stderr: 160 KiB, zeroed), and with a
+// hundred concurrent execs that allocation and the garbage collections it
+// brought on were about a sixth of the daemon's CPU
+// (docs/failures.md#a-session-allocates-no-relay-buffers). A relay's writer
+// copies what it is given (io.Writer may not keep it), so a buffer is free
+// again once its relay returns.
+var relayBuffers = sync.Pool{New: func() any {
+	b := make([]byte, relayBufferSize)
+	return &b
+}}
+
+const relayBufferSize = 64 << 10
+
 // relayOut copies one output stream to w until EOF, or, once the leader has
 // exited, until the stream pauses for DrainQuiet or DrainMax has passed.
 func (s *Session) relayOut(f *os.File, w io.Writer) {
 	defer s.outWG.Done()
-	buf := make([]byte, 64<<10)
+	pooled := relayBuffers.Get().(*[]byte)
+	defer relayBuffers.Put(pooled)
+	buf := *pooled
 	broken := false
 	// Everything the command wrote before its leader exited is delivered,
 	// however late this goroutine runs: once the exit is seen, the bytes
@@ -388,7 +404,9 @@ func (s *Session) relayIn(r io.Reader) {
 		w = s.stdinW
 		defer w.Close()
 	}
-	buf := make([]byte, 32<<10)
+	pooled := relayBuffers.Get().(*[]byte)
+	defer relayBuffers.Put(pooled)
+	buf := *pooled
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -420,4 +421,39 @@ func TestLoginShellPath(t *testing.T) {
 	s := start(t, ptyrelay.Config{Target: sb.Target, Spec: sp, Stdout: &out})
 	waitExit(t, s)
 	assert.Equal(t, "-sh\n", out.String())
+}
+
+// Sessions one after another take their relay buffers from the pool rather
+// than fresh memory (docs/failures.md#a-session-allocates-no-relay-buffers).
+func TestSessionsReuseTheirRelayBuffers(t *testing.T) {
+	sb := sandboxtest.Start(t, bwrap.Config{})
+	run := func() {
+		var out, errb sandboxtest.Buffer
+		s := start(t, ptyrelay.Config{
+			Target: sb.Target,
+			Spec:   sh(t, "0", "cat; echo out; echo err >&2"),
+			Stdin:  strings.NewReader("in\n"),
+			Stdout: &out,
+			Stderr: &errb,
+		})
+		exit := waitExit(t, s)
+		require.Equal(t, 0, exit.Code)
+		require.Equal(t, "in\nout\n", out.String())
+		require.Equal(t, "err\n", errb.String())
+	}
+	for range 5 {
+		run()
+	}
+	const sessions = 30
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range sessions {
+		run()
+	}
+	runtime.ReadMemStats(&after)
+	perSession := (after.TotalAlloc - before.TotalAlloc) / sessions
+	t.Logf("%d bytes allocated per session", perSession)
+	// Fresh buffers made it about 200 KiB (three buffers of 160 KiB in
+	// all); what else a session allocates here is about 36 KiB.
+	assert.Less(t, perSession, uint64(96<<10), "bytes allocated per session")
 }
