@@ -302,7 +302,7 @@ func setEnv(env []string, key, value string) []string {
 // three fresh ones (stdin, stdout, stderr: 160 KiB, zeroed), and with a
 // hundred concurrent execs that allocation and the garbage collections it
 // brought on were about a sixth of the daemon's CPU
-// (docs/failures.md#a-session-allocates-no-relay-buffers). A relay's writer
+// (docs/failures.md#a-session-reuses-its-relay-buffers). A relay's writer
 // copies what it is given (io.Writer may not keep it), so a buffer is free
 // again once its relay returns.
 var relayBuffers = sync.Pool{New: func() any {

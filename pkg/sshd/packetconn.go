@@ -4,6 +4,7 @@ import (
 	"net"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/sys/unix"
@@ -61,11 +62,13 @@ func newServerConn(nc net.Conn, cfg *ssh.ServerConfig) (*packetConn, *ssh.Server
 // sshd sends them in one write(2); apart, each is a segment of its own, a
 // wake-up of the client's reader and ACKs both ways
 // (docs/failures.md#a-sessions-end-leaves-in-one-segment). TCP_CORK holds
-// partial frames until it is cleared, and the kernel lets them go after
-// 200 ms whatever happens: a writer that blocks inside send (behind a key
-// exchange) delays them at most that long, and never waits on itself. Two
-// sessions ending at once may clear each other's cork early, which costs
-// only a segment more.
+// partial frames until it is cleared. A write can block inside send
+// (x/crypto/ssh makes writers wait during a key exchange once 64 packets
+// are queued), and meanwhile the cork would hold back everything small on
+// the connection, the key exchange's own packets included, until the
+// kernel's release after max(RTO, 200 ms): so a timer clears it after
+// corkAtMost whatever happens. Two sessions ending at once may clear each
+// other's cork early, which costs only a segment more.
 func (c *packetConn) together(send func()) {
 	if c.raw == nil {
 		send()
@@ -75,9 +78,18 @@ func (c *packetConn) together(send func()) {
 		c.raw.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_CORK, on) })
 	}
 	cork(1)
-	defer cork(0)
+	release := time.AfterFunc(corkAtMost, func() { cork(0) })
+	defer func() {
+		if release.Stop() {
+			cork(0)
+		}
+	}()
 	send()
 }
+
+// corkAtMost bounds how long together keeps the connection corked; the
+// three packets take microseconds.
+const corkAtMost = 2 * time.Millisecond
 
 // negotiated tells the connection where to read the current cipher from;
 // x/crypto/ssh updates it after every key exchange, before the packets the
