@@ -168,6 +168,9 @@ func (d *Daemon) holderGone() bool {
 		return true
 	default:
 	}
+	if exited, ok := d.holder.Pid1Exited(); ok {
+		return exited
+	}
 	st, err := procfs.ReadStat(d.holder.PID)
 	return err != nil || st.State == 'Z' || st.State == 'X'
 }

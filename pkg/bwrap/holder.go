@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -56,8 +57,9 @@ type Holder struct {
 	Namespaces   []string // the namespaces it owns (/proc/PID/ns names), read from the holder itself
 
 	cmd        *exec.Cmd
-	pidfd      int      // pid 1 of the sandbox, to signal it and no process that reuses its pid; -1 none
-	hold       *os.File // the write end of pid 1's stdin, never written
+	pidfd      int          // pid 1 of the sandbox, to signal it and no process that reuses its pid; -1 none
+	pidfdMu    sync.RWMutex // held for reading while pidfd is polled, for writing while Kill closes it
+	hold       *os.File     // the write end of pid 1's stdin, never written
 	stderr     *tail.Buffer
 	stderrDone chan struct{}
 	done       chan struct{}
@@ -497,9 +499,11 @@ func (h *Holder) died(err error) error {
 // every process of its pid namespace, and bwrap exits only after its pid 1:
 // so bwrap is left to exit by itself, and killed only if it does not.
 func (h *Holder) Kill() {
+	h.pidfdMu.RLock()
 	if h.pidfd >= 0 {
 		unix.PidfdSendSignal(h.pidfd, unix.SIGKILL, nil, 0)
 	}
+	h.pidfdMu.RUnlock()
 	select {
 	case <-h.done:
 	case <-time.After(5 * time.Second):
@@ -511,10 +515,32 @@ func (h *Holder) Kill() {
 	if h.hold != nil {
 		h.hold.Close()
 	}
+	h.pidfdMu.Lock()
 	if h.pidfd >= 0 {
 		unix.Close(h.pidfd)
 		h.pidfd = -1
 	}
+	h.pidfdMu.Unlock()
+}
+
+// Pid1Exited says whether the sandbox's pid 1 has exited, which it does a
+// moment before bwrap: its pidfd polls readable then. ok is false once Kill
+// has closed the pidfd or if the poll fails; then ask /proc/PID/stat. Every
+// session's start asks whether the sandbox lives, and reading pid 1's stat
+// file for it was about 2% of the daemon's CPU under a hundred concurrent
+// execs; this is one poll(2).
+func (h *Holder) Pid1Exited() (exited, ok bool) {
+	h.pidfdMu.RLock()
+	defer h.pidfdMu.RUnlock()
+	if h.pidfd < 0 {
+		return false, false
+	}
+	ready := []unix.PollFd{{Fd: int32(h.pidfd), Events: unix.POLLIN}}
+	n, err := unix.Poll(ready, 0)
+	if err != nil {
+		return false, false
+	}
+	return n > 0, true
 }
 
 // makeDataFilesReadable makes the writable data files of the sandbox whose

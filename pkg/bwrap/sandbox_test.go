@@ -302,3 +302,23 @@ func TestDataFilesAreReadableByEveryUser(t *testing.T) {
 		assert.Equal(t, 0, r.Code, "a read-only data file is not readable: %s", r.Stderr)
 	}
 }
+
+// Pid1Exited tells a live pid 1 from one that has exited, on the holder's
+// pidfd, and gives up (ok false) once Kill has closed it.
+func TestPid1ExitedFollowsThePidfd(t *testing.T) {
+	sandboxtest.RequireRoot(t)
+	h, err := bwrap.Start(context.Background(), bwrap.Config{Workdir: "/"})
+	require.NoError(t, err)
+	defer h.Kill()
+	exited, ok := h.Pid1Exited()
+	require.True(t, ok)
+	assert.False(t, exited, "pid 1 is running")
+	require.NoError(t, unix.Kill(h.PID, unix.SIGKILL))
+	require.Eventually(t, func() bool {
+		exited, ok := h.Pid1Exited()
+		return ok && exited
+	}, 10*time.Second, 10*time.Millisecond, "pid 1 was killed")
+	h.Kill()
+	_, ok = h.Pid1Exited()
+	assert.False(t, ok, "the pidfd is closed after Kill")
+}
