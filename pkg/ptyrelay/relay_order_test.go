@@ -67,8 +67,10 @@ func TestRelayOutKeepsOddSizedWritesInOrder(t *testing.T) {
 	s := &Session{cfg: Config{DrainQuiet: DefaultDrainQuiet, DrainMax: DefaultDrainMax}}
 	var out recorder
 	s.outWG.Add(1)
-	s.relayOut(r, &out)
+	var eof bool
+	s.relayOut(r, &out, &eof)
 	require.NoError(t, <-written)
+	assert.True(t, eof, "the relay read the pipe to its end")
 	require.NoError(t, s.OutputError())
 	assert.True(t, bytes.Equal(want, out.Bytes()), "relayed %d bytes, want %d, first difference at %d",
 		out.Len(), len(want), firstDifference(want, out.Bytes()))

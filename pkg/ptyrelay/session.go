@@ -142,6 +142,7 @@ type Session struct {
 
 	stdinW *os.File   // our end of the command's stdin pipe, nil with a pty
 	outs   []*os.File // our ends of stdout and stderr, or the pty master
+	outEOF []bool     // outs[i] read to its end: no process can write to it any more
 
 	exited atomic.Bool
 	exitAt time.Time // set before exited is
@@ -261,9 +262,10 @@ func Start(cfg Config) (*Session, error) {
 	s.cmd, s.proc = starter.Cmd, proc
 
 	writers := []io.Writer{cfg.Stdout, cfg.Stderr}
+	s.outEOF = make([]bool, len(s.outs))
 	for i, f := range s.outs {
 		s.outWG.Add(1)
-		go s.relayOut(f, writers[i])
+		go s.relayOut(f, writers[i], &s.outEOF[i])
 	}
 	if cfg.Stdin != nil {
 		go s.relayIn(cfg.Stdin)
@@ -313,8 +315,10 @@ var relayBuffers = sync.Pool{New: func() any {
 const relayBufferSize = 64 << 10
 
 // relayOut copies one output stream to w until EOF, or, once the leader has
-// exited, until the stream pauses for DrainQuiet or DrainMax has passed.
-func (s *Session) relayOut(f *os.File, w io.Writer) {
+// exited, until the stream pauses for DrainQuiet or DrainMax has passed. It
+// sets *eof when the stream ended (every writer closed), before it says it
+// is done.
+func (s *Session) relayOut(f *os.File, w io.Writer, eof *bool) {
 	defer s.outWG.Done()
 	pooled := relayBuffers.Get().(*[]byte)
 	defer relayBuffers.Put(pooled)
@@ -344,6 +348,7 @@ func (s *Session) relayOut(f *os.File, w io.Writer) {
 		}
 		if err != nil {
 			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				*eof = errors.Is(err, io.EOF)
 				return
 			}
 			if !exited {
@@ -446,8 +451,10 @@ func (s *Session) waitExit() {
 	if s.pty != nil {
 		s.pty.master.Close()
 	} else {
-		for _, f := range s.outs {
-			if s.cfg.Leftovers != nil {
+		for i, f := range s.outs {
+			// A pipe read to its end has no writer left, and none can come:
+			// only this daemon holds its read end.
+			if s.cfg.Leftovers != nil && !s.outEOF[i] {
 				s.cfg.Leftovers.adopt(f)
 			} else {
 				f.Close()

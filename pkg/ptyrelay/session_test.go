@@ -320,11 +320,28 @@ func TestBackgroundChildOutlivesItsSession(t *testing.T) {
 	assert.Equal(t, 0, exit.Code)
 	assert.Less(t, time.Since(begin), time.Second, "the session waited for its background child")
 	assert.Contains(t, out.String(), "fg\n")
+	assert.Equal(t, 1, left.Len(), "stdout, still held by the child, is drained after the session")
 	require.Eventually(t, func() bool {
 		_, err := os.Stat(filepath.Join(dir, "done"))
 		return err == nil
 	}, 5*time.Second, 10*time.Millisecond, "the background child died with its session (SIGPIPE?)")
 	require.Eventually(t, func() bool { return left.Len() == 0 }, 5*time.Second, 10*time.Millisecond)
+}
+
+// A session whose output pipes were read to their end hands nothing to
+// Leftovers: no process can write to them any more.
+func TestPipesReadToTheirEndAreNotLeftOver(t *testing.T) {
+	sb := sandboxtest.Start(t, bwrap.Config{})
+	var left ptyrelay.Leftovers
+	defer left.Close()
+	for range 5 {
+		var out, errb sandboxtest.Buffer
+		s := start(t, ptyrelay.Config{Target: sb.Target, Spec: sh(t, "0", "echo out; echo err >&2"), Stdout: &out, Stderr: &errb, Leftovers: &left})
+		exit := waitExit(t, s)
+		require.Equal(t, 0, exit.Code)
+		assert.Equal(t, "out\n", out.String())
+		assert.Equal(t, 0, left.Len(), "pipes read to their end were handed to Leftovers")
+	}
 }
 
 // TestOrphansNeverReachTheDaemon pins what makes the daemon's PID-1
