@@ -181,24 +181,21 @@ func Zombies() map[int]procfs.Stat {
 	return out
 }
 
-// exited says whether the child pid has exited and not been waited for,
-// without waiting for it. On an error other than "no such child" it says
-// yes, so that the caller looks.
-func exited(pid int) bool {
-	var info unix.Siginfo
-	if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT|unix.WALL, nil); err != nil {
-		return !errors.Is(err, unix.ECHILD)
-	}
-	return info.Signo == int32(unix.SIGCHLD)
-}
+// exited says whether the child pid has exited and not been waited for.
+func exited(pid int) bool { return waitable(unix.P_PID, pid) }
 
 // anyExited says whether some child of this process has exited and not been
-// waited for, without waiting for it (WNOWAIT leaves it to its waiter);
-// __WALL counts children whatever signal they send their parent at exit.
-// On an error it says yes, so that the caller looks.
-func anyExited() bool {
+// waited for.
+func anyExited() bool { return waitable(unix.P_ALL, 0) }
+
+// waitable says whether a child that idtype and id select has exited and
+// not been waited for, without waiting for it (WNOWAIT leaves it to its
+// waiter); __WALL counts children whatever signal they send their parent at
+// exit. On an error other than "no such child" it says yes, so that the
+// caller looks.
+func waitable(idtype, id int) bool {
 	var info unix.Siginfo
-	if err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT|unix.WALL, nil); err != nil {
+	if err := unix.Waitid(idtype, id, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT|unix.WALL, nil); err != nil {
 		return !errors.Is(err, unix.ECHILD)
 	}
 	// With WNOHANG and no child exited, Linux writes a siginfo of zeros;

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/sys/unix"
 )
 
 // packetServer is an x/crypto/ssh server on loopback, behind newServerConn
@@ -197,4 +198,37 @@ func TestPacketConnOneWritePerGCMPacket(t *testing.T) {
 	t.Logf("%d write system calls for %d packets", writes, packets)
 	assert.Less(t, writes, packets*5/4, "about one write(2) per packet")
 	assert.GreaterOrEqual(t, writes, packets, "every packet is written")
+}
+
+// The cork is cleared while the packets' writer is still blocked inside
+// together, so that a key exchange that holds the writer up is not held
+// back with it (docs/failures.md#a-sessions-end-leaves-in-one-segment).
+func TestTogetherNeverHoldsTheCorkWhileBlocked(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer client.Close()
+	nc, err := ln.Accept()
+	require.NoError(t, err)
+	defer nc.Close()
+	raw, err := nc.(*net.TCPConn).SyscallConn()
+	require.NoError(t, err)
+	pc := &packetConn{Conn: nc, raw: raw}
+	corked := func() int {
+		var v int
+		var gerr error
+		require.NoError(t, raw.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_CORK) }))
+		require.NoError(t, gerr)
+		return v
+	}
+	pc.together(func() {
+		require.Equal(t, 1, corked(), "corked while the packets are written")
+		// A writer blocked here (behind a key exchange) for as long as it
+		// takes: the cork must come off meanwhile.
+		require.Eventually(t, func() bool { return corked() == 0 }, 10*time.Second, time.Millisecond,
+			"the cork stayed on while its writer was blocked")
+	})
+	assert.Equal(t, 0, corked(), "uncorked after together")
 }
