@@ -590,17 +590,7 @@ func TestSandboxCannotReachTheSSHPort(t *testing.T) {
 // client's socket, between the exec's reply and the channel's close.
 func TestSessionEndLeavesInOneSegment(t *testing.T) {
 	ts := startServer(t, options{})
-	nc, err := net.Dial("tcp", ts.addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { nc.Close() })
-	sc, chans, creqs, err := ssh.NewClientConn(nc, ts.addr, &ssh.ClientConfig{
-		User:            "agent",
-		Auth:            []ssh.AuthMethod{ssh.PublicKeys(ts.agentSign)},
-		HostKeyCallback: ssh.InsecureIgnoreHostKey(),
-		Timeout:         10 * time.Second,
-	})
-	require.NoError(t, err)
-	c := ssh.NewClient(sc, chans, creqs)
+	c, nc := dialRaw(t, ts)
 	t.Cleanup(func() { c.Close() })
 	raw, err := nc.(*net.TCPConn).SyscallConn()
 	require.NoError(t, err)

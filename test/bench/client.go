@@ -176,7 +176,7 @@ func clientPlain(proxy, target string, size int64) (clientResult, error) {
 	if resp.StatusCode != http.StatusOK {
 		return clientResult{}, fmt.Errorf("GET: %s", resp.Status)
 	}
-	n, err := io.CopyBuffer(io.Discard, resp.Body, make([]byte, 256<<10))
+	n, err := io.Copy(io.Discard, resp.Body)
 	if err != nil {
 		return clientResult{}, err
 	}
@@ -191,7 +191,6 @@ func clientPlain(proxy, target string, size int64) (clientResult, error) {
 func clientSmall(proxy, target string, count int) (clientResult, error) {
 	hc := httpClient(proxy)
 	u := fmt.Sprintf("http://%s/small", target)
-	buf := make([]byte, 512)
 	var lat samples
 	for i := -20; i < count; i++ {
 		t0 := time.Now()
@@ -199,7 +198,7 @@ func clientSmall(proxy, target string, count int) (clientResult, error) {
 		if err != nil {
 			return clientResult{}, err
 		}
-		_, err = io.CopyBuffer(io.Discard, resp.Body, buf)
+		_, err = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if err != nil || resp.StatusCode != http.StatusOK {
 			return clientResult{}, fmt.Errorf("GET /small: %v %v", resp.Status, err)
