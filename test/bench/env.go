@@ -12,7 +12,7 @@ import (
 
 // Debian packages the peers come from. Installed when missing, with their
 // services stopped again at once (the benchmark starts its own instances).
-var debianPackages = []string{"bubblewrap", "util-linux", "openssh-server", "openssh-client", "tinyproxy", "squid", "procps", "coreutils"}
+var debianPackages = []string{"bubblewrap", "util-linux", "openssh-server", "openssh-client", "tinyproxy", "squid", "procps", "coreutils", "nftables"}
 
 // machine is what the report says about where it ran.
 type machine struct {

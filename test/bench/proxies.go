@@ -29,6 +29,8 @@ type egressSide struct {
 	proxy     string  // host:port; "" is direct
 	inSandbox bool    // the client must run inside the sandbox (sandboxd's proxy)
 	d         *daemon // the sandbox it runs in; nil: the main daemon's
+	netns     string  // else a network namespace of the bench's own to run it in
+	target    string  // where the client dials, if not the row's upstream
 }
 
 // sandboxdProxy is where sandboxd's agent proxy listens, inside the sandbox.

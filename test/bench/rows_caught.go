@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -12,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/pkg/egress"
 )
 
 // The caught rows: a connection the sandbox's rules send to sandboxd's
@@ -32,6 +36,10 @@ const (
 type caughtSet struct {
 	streamUp, echoUp string
 	sides            []egressSide // direct (from the substrate), proxy CONNECT, caught
+	// floor is the kernel's share with no sandboxd at all: a plain relay
+	// reached at its loopback port, and the same relay reached by the
+	// sandbox's rules (natFloor).
+	floor []egressSide
 }
 
 func (b *bench) caughtSet(ctx context.Context) (*caughtSet, error) {
@@ -60,10 +68,10 @@ func (b *bench) caughtSet(ctx context.Context) (*caughtSet, error) {
 	}
 	cs := &caughtSet{}
 	var err error
-	if cs.streamUp, err = b.serveInNetns(ns, "stream", serveStream); err != nil {
+	if cs.streamUp, err = b.serveInNetns(ns, caughtHost+":0", "stream", serveStream); err != nil {
 		return nil, err
 	}
-	if cs.echoUp, err = b.serveInNetns(ns, "echo", serveEcho); err != nil {
+	if cs.echoUp, err = b.serveInNetns(ns, caughtHost+":0", "echo", serveEcho); err != nil {
 		return nil, err
 	}
 	d, err := b.startDaemon(ctx, "caught", "--egress-allow-cidr", caughtNet)
@@ -75,11 +83,85 @@ func (b *bench) caughtSet(ctx context.Context) (*caughtSet, error) {
 		{name: "proxy CONNECT", proxy: sandboxdProxy, inSandbox: true, d: d},
 		{name: "caught", inSandbox: true, d: d},
 	}
+	if cs.floor, err = b.natFloor(d, cs.streamUp); err != nil {
+		return nil, err
+	}
 	return cs, nil
 }
 
-// serveInNetns serves fn on a listener made in the network namespace ns.
-func (b *bench) serveInNetns(ns, name string, fn func(net.Listener)) (string, error) {
+// natFloor measures what the kernel alone charges a caught connection: a
+// network namespace of the bench's own that carries the caught sandbox's
+// very rules (copied with nft from its network namespace, the default
+// route over lo included) and a plain relay — accept, dial the stream
+// upstream, io.Copy both ways, no policy — that listens inside it on the
+// transparent listener's port and on a loopback port of its own. The same
+// client then runs in that namespace twice: dialling the test host, which
+// the rules' DNAT sends to the relay (the caught side), and dialling the
+// relay's own port (the loopback side). Both pass the same relay code, so
+// their ratio is the rules' and the NAT's cost, without sandboxd.
+func (b *bench) natFloor(d *daemon, upstream string) ([]egressSide, error) {
+	ns := fmt.Sprintf("sbxbenchnat%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("floor namespace: ip netns add: %v: %s", err, out)
+	}
+	b.cleanup.Add("remove the floor namespace "+ns, func() { exec.Command("ip", "netns", "del", ns).Run() })
+	rules, err := exec.Command("nsenter", "--target", fmt.Sprint(d.holder), "--net", "nft", "list", "ruleset").Output()
+	if err != nil {
+		return nil, fmt.Errorf("floor namespace: read the sandbox's rules: %w", err)
+	}
+	load := exec.Command("ip", "netns", "exec", ns, "nft", "-f", "-")
+	load.Stdin = bytes.NewReader(rules)
+	for _, cmd := range []*exec.Cmd{
+		exec.Command("ip", "-n", ns, "link", "set", "lo", "up"),
+		exec.Command("ip", "-n", ns, "route", "add", "default", "dev", "lo", "src", "127.0.0.1"),
+		load,
+	} {
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("floor namespace: %s: %v: %s", strings.Join(cmd.Args, " "), err, out)
+		}
+	}
+	relay := func(ln net.Listener) {
+		eachConn(ln, func(c net.Conn) {
+			up, err := net.Dial("tcp", upstream) // from the substrate, as the daemon dials
+			if err != nil {
+				return
+			}
+			defer up.Close()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				io.Copy(up, c)
+				closeWriteOf(up)
+			}()
+			io.Copy(c, up)
+			closeWriteOf(c)
+			<-done
+		})
+	}
+	if _, err := b.serveInNetns(ns, fmt.Sprintf("127.0.0.1:%d", egress.CatchPort), "floor relay (caught)", relay); err != nil {
+		return nil, err
+	}
+	loop, err := b.serveInNetns(ns, "127.0.0.1:0", "floor relay (loopback)", relay)
+	if err != nil {
+		return nil, err
+	}
+	return []egressSide{
+		{name: "floor, loopback", netns: ns, target: loop},
+		{name: "floor, caught", netns: ns},
+	}, nil
+}
+
+// closeWriteOf half-closes a TCP connection: the end of one direction is
+// passed on while the other may still carry bytes.
+func closeWriteOf(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.CloseWrite()
+	}
+}
+
+// serveInNetns serves fn on a listener on addr made in the network
+// namespace ns; fn runs in the substrate's, where it dials.
+func (b *bench) serveInNetns(ns, addr, name string, fn func(net.Listener)) (string, error) {
 	errc := make(chan error, 1)
 	var ln net.Listener
 	go func() {
@@ -94,11 +176,11 @@ func (b *bench) serveInNetns(ns, name string, fn func(net.Listener)) (string, er
 			errc <- err
 			return
 		}
-		ln, err = net.Listen("tcp", caughtHost+":0")
+		ln, err = net.Listen("tcp", addr)
 		errc <- err
 	}()
 	if err := <-errc; err != nil {
-		return "", fmt.Errorf("upstream %s on the test host: %w", name, err)
+		return "", fmt.Errorf("%s in the network namespace %s: %w", name, ns, err)
 	}
 	b.cleanup.Add("close upstream "+name, func() { ln.Close() })
 	go fn(ln)
@@ -121,9 +203,9 @@ func benchCaught(ctx context.Context, b *bench) error {
 	size := pick[int64](b, 1<<30, 128<<20)
 	rounds := pick(b, 5, 2)
 	var fns []func() (float64, error)
-	for _, s := range cs.sides {
+	for _, s := range append(cs.sides, cs.floor...) {
 		fns = append(fns, func() (float64, error) {
-			r, err := run(s, "-mode", "connect", "-target", cs.streamUp, "-bytes", fmt.Sprint(size))
+			r, err := run(s, "-mode", "connect", "-target", cmp.Or(s.target, cs.streamUp), "-bytes", fmt.Sprint(size))
 			return r.MiBps, err
 		})
 	}
@@ -132,9 +214,13 @@ func benchCaught(ctx context.Context, b *bench) error {
 		return err
 	}
 	const peer = "the explicit proxy's CONNECT, same sandbox and host"
+	floor := tp[4].median() / tp[3].median()
 	b.addCaught(&result{id: "caught-1gib", name: "caught connection, " + sizeText(size), unit: "MiB/s", peer: peer,
 		peerV: tp[1].median(), ours: tp[2].median(), n: len(tp[2]), spread: tp[2].spread(), target: 1,
-		detail: fmt.Sprintf("direct from the substrate %s MiB/s: caught/direct %.3f", fmtNum(tp[0].median()), tp[2].median()/tp[0].median())})
+		detail: fmt.Sprintf("direct from the substrate %s MiB/s: caught/direct %.3f; the kernel's floor (next row) %.3f", fmtNum(tp[0].median()), tp[2].median()/tp[0].median(), floor)})
+	b.addCaught(&result{id: "caught-floor", name: "the kernel's floor for a caught connection, " + sizeText(size) + ", no sandboxd", unit: "MiB/s",
+		peer: "the same plain relay at its loopback port", peerV: tp[3].median(), ours: tp[4].median(), n: len(tp[4]), spread: tp[4].spread(), noTarget: true,
+		detail: fmt.Sprintf("a splice relay with no policy, in a network namespace carrying the caught sandbox's rules (copied with nft), reached by the same client through the rules' DNAT and at its own port: caught/loopback %.3f, against sandboxd's caught/CONNECT %.3f", floor, tp[2].median()/tp[1].median())})
 
 	n := fmt.Sprint(pick(b, 500, 100))
 	first := make([]samples, len(cs.sides))

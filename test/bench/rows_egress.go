@@ -67,6 +67,8 @@ func (b *bench) runSide(ctx context.Context, ps *proxySet, side egressSide, args
 			d = b.main_
 		}
 		cmd = b.execCmd(d, argv...)
+	} else if side.netns != "" {
+		cmd = exec.Command("ip", append([]string{"netns", "exec", side.netns}, argv...)...)
 	} else {
 		cmd = exec.Command(argv[0], argv[1:]...)
 	}
