@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -68,10 +69,10 @@ func (b *bench) caughtSet(ctx context.Context) (*caughtSet, error) {
 	}
 	cs := &caughtSet{}
 	var err error
-	if cs.streamUp, err = b.serveInNetns(ns, caughtHost+":0", "stream", serveStream); err != nil {
+	if cs.streamUp, err = b.serveInNetns(ns, caughtHost+":0", "upstream stream", serveStream); err != nil {
 		return nil, err
 	}
-	if cs.echoUp, err = b.serveInNetns(ns, caughtHost+":0", "echo", serveEcho); err != nil {
+	if cs.echoUp, err = b.serveInNetns(ns, caughtHost+":0", "upstream echo", serveEcho); err != nil {
 		return nil, err
 	}
 	d, err := b.startDaemon(ctx, "caught", "--egress-allow-cidr", caughtNet)
@@ -102,12 +103,16 @@ func (b *bench) caughtSet(ctx context.Context) (*caughtSet, error) {
 func (b *bench) natFloor(d *daemon, upstream string) ([]egressSide, error) {
 	ns := fmt.Sprintf("sbxbenchnat%d", os.Getpid())
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("floor namespace: ip netns add: %v: %s", err, out)
+		return nil, fmt.Errorf("floor namespace: ip netns add %s: %v: %s (one left by a run that crashed goes with `ip netns del %s`)", ns, err, bytes.TrimSpace(out), ns)
 	}
 	b.cleanup.Add("remove the floor namespace "+ns, func() { exec.Command("ip", "netns", "del", ns).Run() })
 	rules, err := exec.Command("nsenter", "--target", fmt.Sprint(d.holder), "--net", "nft", "list", "ruleset").Output()
 	if err != nil {
-		return nil, fmt.Errorf("floor namespace: read the sandbox's rules: %w", err)
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = bytes.TrimSpace(ee.Stderr)
+		}
+		return nil, fmt.Errorf("floor namespace: read the caught sandbox's rules (nsenter --target %d --net nft list ruleset): %v: %s (nft is Debian's nftables; the sandbox's holder must still run)", d.holder, err, stderr)
 	}
 	load := exec.Command("ip", "netns", "exec", ns, "nft", "-f", "-")
 	load.Stdin = bytes.NewReader(rules)
@@ -124,6 +129,7 @@ func (b *bench) natFloor(d *daemon, upstream string) ([]egressSide, error) {
 		eachConn(ln, func(c net.Conn) {
 			up, err := net.Dial("tcp", upstream) // from the substrate, as the daemon dials
 			if err != nil {
+				b.logf("floor relay: dial the stream upstream %s: %v", upstream, err)
 				return
 			}
 			defer up.Close()
@@ -182,7 +188,7 @@ func (b *bench) serveInNetns(ns, addr, name string, fn func(net.Listener)) (stri
 	if err := <-errc; err != nil {
 		return "", fmt.Errorf("%s in the network namespace %s: %w", name, ns, err)
 	}
-	b.cleanup.Add("close upstream "+name, func() { ln.Close() })
+	b.cleanup.Add("close "+name, func() { ln.Close() })
 	go fn(ln)
 	return ln.Addr().String(), nil
 }
@@ -203,7 +209,7 @@ func benchCaught(ctx context.Context, b *bench) error {
 	size := pick[int64](b, 1<<30, 128<<20)
 	rounds := pick(b, 5, 2)
 	var fns []func() (float64, error)
-	for _, s := range append(cs.sides, cs.floor...) {
+	for _, s := range slices.Concat(cs.sides, cs.floor) {
 		fns = append(fns, func() (float64, error) {
 			r, err := run(s, "-mode", "connect", "-target", cmp.Or(s.target, cs.streamUp), "-bytes", fmt.Sprint(size))
 			return r.MiBps, err
@@ -216,10 +222,10 @@ func benchCaught(ctx context.Context, b *bench) error {
 	const peer = "the explicit proxy's CONNECT, same sandbox and host"
 	floor := tp[4].median() / tp[3].median()
 	b.addCaught(&result{id: "caught-1gib", name: "caught connection, " + sizeText(size), unit: "MiB/s", peer: peer,
-		peerV: tp[1].median(), ours: tp[2].median(), n: len(tp[2]), spread: tp[2].spread(), target: 1,
+		peerV: tp[1].median(), ours: tp[2].median(), n: len(tp[2]), spread: max(tp[1].spread(), tp[2].spread()), target: 1,
 		detail: fmt.Sprintf("direct from the substrate %s MiB/s: caught/direct %.3f; the kernel's floor (next row) %.3f", fmtNum(tp[0].median()), tp[2].median()/tp[0].median(), floor)})
 	b.addCaught(&result{id: "caught-floor", name: "the kernel's floor for a caught connection, " + sizeText(size) + ", no sandboxd", unit: "MiB/s",
-		peer: "the same plain relay at its loopback port", peerV: tp[3].median(), ours: tp[4].median(), n: len(tp[4]), spread: tp[4].spread(), noTarget: true,
+		peer: "the same plain relay at its loopback port", peerV: tp[3].median(), ours: tp[4].median(), n: len(tp[4]), spread: max(tp[3].spread(), tp[4].spread()), noTarget: true,
 		detail: fmt.Sprintf("a splice relay with no policy, in a network namespace carrying the caught sandbox's rules (copied with nft), reached by the same client through the rules' DNAT and at its own port: caught/loopback %.3f, against sandboxd's caught/CONNECT %.3f", floor, tp[2].median()/tp[1].median())})
 
 	n := fmt.Sprint(pick(b, 500, 100))
