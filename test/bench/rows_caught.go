@@ -46,8 +46,10 @@ type caughtSet struct {
 func (b *bench) caughtSet(ctx context.Context) (*caughtSet, error) {
 	ns := fmt.Sprintf("sbxbench%d", os.Getpid())
 	veth := fmt.Sprintf("sbxb%d", os.Getpid()%100000)
+	if err := b.addNetns(ns, "the test host"); err != nil {
+		return nil, err
+	}
 	for _, args := range [][]string{
-		{"netns", "add", ns},
 		{"link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns},
 		{"addr", "add", caughtSide + "/30", "dev", veth},
 		{"link", "set", veth, "up"},
@@ -58,13 +60,8 @@ func (b *bench) caughtSet(ctx context.Context) (*caughtSet, error) {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("test host: ip %s: %v: %s", strings.Join(args, " "), err, out)
 		}
-		switch args[0] {
-		case "netns":
-			b.cleanup.Add("remove the test host "+ns, func() { exec.Command("ip", "netns", "del", ns).Run() })
-		case "link":
-			if args[1] == "add" {
-				b.cleanup.Add("remove "+veth, func() { exec.Command("ip", "link", "del", veth).Run() })
-			}
+		if args[0] == "link" && args[1] == "add" {
+			b.cleanup.Add("remove "+veth, func() { exec.Command("ip", "link", "del", veth).Run() })
 		}
 	}
 	cs := &caughtSet{}
@@ -102,10 +99,9 @@ func (b *bench) caughtSet(ctx context.Context) (*caughtSet, error) {
 // their ratio is the rules' and the NAT's cost, without sandboxd.
 func (b *bench) natFloor(d *daemon, upstream string) ([]egressSide, error) {
 	ns := fmt.Sprintf("sbxbenchnat%d", os.Getpid())
-	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("floor namespace: ip netns add %s: %v: %s (one left by a run that crashed goes with `ip netns del %s`)", ns, err, bytes.TrimSpace(out), ns)
+	if err := b.addNetns(ns, "the floor namespace"); err != nil {
+		return nil, err
 	}
-	b.cleanup.Add("remove the floor namespace "+ns, func() { exec.Command("ip", "netns", "del", ns).Run() })
 	rules, err := exec.Command("nsenter", "--target", fmt.Sprint(d.holder), "--net", "nft", "list", "ruleset").Output()
 	if err != nil {
 		var stderr []byte
@@ -155,6 +151,16 @@ func (b *bench) natFloor(d *daemon, upstream string) ([]egressSide, error) {
 		{name: "floor, loopback", netns: ns, target: loop},
 		{name: "floor, caught", netns: ns},
 	}, nil
+}
+
+// addNetns makes the network namespace ns, removed again when the bench
+// ends, for what (in messages).
+func (b *bench) addNetns(ns, what string) error {
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		return fmt.Errorf("%s: ip netns add %s: %v: %s (one left by a run that crashed goes with `ip netns del %s`)", what, ns, err, bytes.TrimSpace(out), ns)
+	}
+	b.cleanup.Add("remove "+what+" "+ns, func() { exec.Command("ip", "netns", "del", ns).Run() })
+	return nil
 }
 
 // closeWriteOf half-closes a TCP connection: the end of one direction is
