@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -11,32 +9,22 @@ import (
 	"golang.org/x/term"
 
 	"github.com/sandboxd/sandboxd/internal/control"
+	"github.com/sandboxd/sandboxd/internal/control/wire"
 	"github.com/sandboxd/sandboxd/internal/daemon"
+	"github.com/sandboxd/sandboxd/internal/execclient"
 )
 
-func runExec(ctx context.Context, args []string) int {
-	fs := flags("exec", "[-u USER] [-w DIR] [-e K=V]... [-t] [-i] [--timeout DUR] -- ARGV...")
-	harness := harnessDirFlag(fs)
-	user := fs.String("u", "", "the `USER[:GROUP]` to run as (default: the agent user)")
-	dir := fs.String("w", "", "the working `DIR` inside the sandbox (default: the workdir)")
-	env := &listFlag{}
-	fs.Var(env, "e", "set an environment variable: `NAME=VALUE` (repeatable)")
-	tty := fs.Bool("t", false, "allocate a terminal")
-	stdin := fs.Bool("i", false, "forward stdin")
-	timeout := fs.String("timeout", "", "kill the command's whole tree after this `DURATION` (exit 124)")
-	if ok, code := parse(fs, args); !ok {
+// runExec is `sandboxd exec`. Its common case does not get here: package
+// execclient runs it from an init, before this binary's other packages
+// are initialized; what reaches here is the rest (a terminal, help, a usage
+// error), parsed by the full parser and run by the same execclient.Run.
+func runExec(_ context.Context, args []string) int {
+	harness, req, ok, code := parseExec(args)
+	if !ok {
 		return code
 	}
-	argv := fs.Args()
-	if len(argv) == 0 {
-		return usageError(fs, "no command given: write sandboxd exec [FLAGS] -- COMMAND [ARG...]")
-	}
-	req := control.Request{Argv: argv, User: *user, Dir: *dir, Env: env.vals, TTY: *tty, Stdin: *stdin, Timeout: *timeout}
-	streams := control.Streams{Stdout: os.Stdout, Stderr: os.Stderr}
-	if *stdin {
-		streams.Stdin = os.Stdin
-	}
-	if *tty {
+	var resizes chan wire.Resize
+	if req.TTY {
 		req.Term = os.Getenv("TERM")
 		if req.Term == "" {
 			req.Term = "xterm"
@@ -46,13 +34,13 @@ func runExec(ctx context.Context, args []string) int {
 			if cols, rows, err := term.GetSize(fd); err == nil {
 				req.Cols, req.Rows = cols, rows
 			}
-			if *stdin {
+			if req.Stdin {
 				// The remote terminal does the echoing and line editing.
 				if old, err := term.MakeRaw(fd); err == nil {
 					defer term.Restore(fd, old)
 				}
 			}
-			resizes := make(chan control.Resize, 1)
+			resizes = make(chan wire.Resize, 1)
 			winch := make(chan os.Signal, 1)
 			signal.Notify(winch, syscall.SIGWINCH)
 			defer signal.Stop(winch)
@@ -60,46 +48,40 @@ func runExec(ctx context.Context, args []string) int {
 				for range winch {
 					if cols, rows, err := term.GetSize(fd); err == nil {
 						select {
-						case resizes <- control.Resize{Cols: cols, Rows: rows}:
+						case resizes <- wire.Resize{Cols: cols, Rows: rows}:
 						default:
 						}
 					}
 				}
 			}()
-			streams.Resize = resizes
 		}
 	}
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
-	defer signal.Stop(sigs)
-	names := make(chan string, 4)
-	go func() {
-		for s := range sigs {
-			switch s {
-			case syscall.SIGHUP:
-				names <- "HUP"
-			case syscall.SIGUSR1:
-				names <- "USR1"
-			case syscall.SIGUSR2:
-				names <- "USR2"
-			}
-		}
-	}()
-	streams.Signal = names
-	exit, err := control.Client{HarnessDir: *harness}.Exec(ctx, req, streams)
-	if err != nil {
-		var f *control.Failure
-		if errors.As(err, &f) {
-			fmt.Fprintf(os.Stderr, "sandboxd: exec: %s\n", f.Message)
-			return f.Code
-		}
-		return fail("exec: %v", err)
+	// Not ctx: Run takes SIGTERM and SIGINT itself, and says so, as the
+	// quick path does.
+	return execclient.Run(context.Background(), harness, req, resizes)
+}
+
+// parseExec reads exec's flags and command; with ok false, the command
+// ends with code (help printed, or a usage error).
+func parseExec(args []string) (harness string, req execclient.Request, ok bool, code int) {
+	fs := flags("exec", "[-u USER] [-w DIR] [-e K=V]... [-t] [-i] [--timeout DUR] -- ARGV...")
+	harnessDir := harnessDirFlag(fs)
+	user := fs.String("u", "", "the `USER[:GROUP]` to run as (default: the agent user)")
+	dir := fs.String("w", "", "the working `DIR` inside the sandbox (default: the workdir)")
+	env := &listFlag{}
+	fs.Var(env, "e", "set an environment variable: `NAME=VALUE` (repeatable)")
+	tty := fs.Bool("t", false, "allocate a terminal")
+	stdin := fs.Bool("i", false, "forward stdin")
+	timeout := fs.String("timeout", "", "kill the command's whole tree after this `DURATION` (exit 124)")
+	if ok, code := parse(fs, args); !ok {
+		return "", req, false, code
 	}
-	if exit.TimedOut {
-		fmt.Fprintf(os.Stderr, "sandboxd: exec: timed out after %s; the command's whole tree was killed\n", *timeout)
-		return exitTimeout
+	argv := fs.Args()
+	if len(argv) == 0 {
+		return "", req, false, usageError(fs, "no command given: write sandboxd exec [FLAGS] -- COMMAND [ARG...]")
 	}
-	return exit.Code
+	req = execclient.Request{Argv: argv, User: *user, Dir: *dir, Env: env.vals, TTY: *tty, Stdin: *stdin, Timeout: *timeout}
+	return *harnessDir, req, true, 0
 }
 
 // runOp is a command that asks the daemon one operation of its table

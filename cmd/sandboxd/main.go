@@ -22,9 +22,8 @@ import (
 // Exit codes shared by every subcommand, as shells, docker run and
 // timeout(1) use them.
 const (
-	exitUsage   = 2   // the command line is wrong: an unknown command or flag, a bad or missing argument
-	exitTimeout = 124 // exec --timeout elapsed
-	exitOwn     = 125 // sandboxd's own failure, or a request the daemon refuses
+	exitUsage = 2   // the command line is wrong: an unknown command or flag, a bad or missing argument
+	exitOwn   = 125 // sandboxd's own failure, or a request the daemon refuses
 )
 
 type command struct {

@@ -8,12 +8,13 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/control/wire"
 	"github.com/sandboxd/sandboxd/pkg/egress"
 	"github.com/sandboxd/sandboxd/pkg/task"
 )
 
 // DefaultHarnessDir is where sandboxd keeps its own state inside an image.
-const DefaultHarnessDir = "/media/sandboxd"
+const DefaultHarnessDir = wire.DefaultHarnessDir
 
 // Config is everything `serve` is told.
 type Config struct {

@@ -10,36 +10,29 @@
 package control
 
 import (
-	"encoding/binary"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
-	"path/filepath"
-	"sync"
 
+	"github.com/sandboxd/sandboxd/internal/control/wire"
 	"github.com/sandboxd/sandboxd/pkg/grade"
 )
 
-// Frame kinds.
+// Frame kinds, and the bound on a frame: package wire's.
 const (
-	KindJSON   byte = 'j' // a request, or a one-document reply
-	KindStdin  byte = '0'
-	KindStdout byte = '1'
-	KindStderr byte = '2'
-	KindEOF    byte = 'e' // stdin is closed
-	KindResize byte = 'w' // payload: Resize JSON
-	KindSignal byte = 's' // payload: signal name
-	KindExit   byte = 'x' // payload: Exit JSON; the last frame of an exec
-	KindError  byte = '!' // payload: Failure JSON; the request failed
+	KindJSON   = wire.KindJSON
+	KindStdin  = wire.KindStdin
+	KindStdout = wire.KindStdout
+	KindStderr = wire.KindStderr
+	KindEOF    = wire.KindEOF
+	KindResize = wire.KindResize
+	KindSignal = wire.KindSignal
+	KindExit   = wire.KindExit
+	KindError  = wire.KindError
+	MaxFrame   = wire.MaxFrame
 )
 
-// MaxFrame bounds a frame's payload so that a bad peer cannot make either side
-// allocate without limit.
-const MaxFrame = 1 << 20
-
 // Socket is the control socket's path inside a harness dir.
-func Socket(harnessDir string) string { return filepath.Join(harnessDir, "run", "control.sock") }
+func Socket(harnessDir string) string { return wire.Socket(harnessDir) }
 
 // Request is what a client asks.
 type Request struct {
@@ -85,52 +78,19 @@ type Copy struct {
 	Archive bool   `json:"archive,omitempty"` // keep the archive's ids (cp -a)
 }
 
-// Resize is a terminal's new size.
-type Resize struct {
-	Cols int `json:"cols"`
-	Rows int `json:"rows"`
-}
+// The exec's documents, written by the daemon with encoding/json and read
+// by the client with package wire.
+type (
+	Resize  = wire.Resize
+	Exit    = wire.Exit
+	Failure = wire.Failure
+)
 
-// Exit ends an exec.
-type Exit struct {
-	Code     int    `json:"code"`
-	Signal   string `json:"signal,omitempty"`
-	TimedOut bool   `json:"timed_out,omitempty"`
-}
-
-// Failure is a request the daemon could not carry out, with what to do.
-type Failure struct {
-	Code    int    `json:"code"` // the exit code the CLI should use (125 unless the command's own)
-	Message string `json:"message"`
-}
-
-func (f *Failure) Error() string { return f.Message }
-
-// Conn frames a stream. Writes are serialized; reads belong to one goroutine.
-type Conn struct {
-	rw  io.ReadWriter
-	wmu sync.Mutex
-}
+// Conn frames a stream: package wire's framing, and JSON documents.
+type Conn struct{ *wire.Conn }
 
 // NewConn frames rw.
-func NewConn(rw io.ReadWriter) *Conn { return &Conn{rw: rw} }
-
-// Write sends one frame.
-func (c *Conn) Write(kind byte, payload []byte) error {
-	if len(payload) > MaxFrame {
-		return fmt.Errorf("control frame of %d bytes exceeds %d", len(payload), MaxFrame)
-	}
-	var hdr [5]byte
-	hdr[0] = kind
-	binary.BigEndian.PutUint32(hdr[1:], uint32(len(payload)))
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if _, err := c.rw.Write(hdr[:]); err != nil {
-		return err
-	}
-	_, err := c.rw.Write(payload)
-	return err
-}
+func NewConn(rw io.ReadWriter) *Conn { return &Conn{wire.NewConn(rw)} }
 
 // WriteJSON sends v as one frame of the given kind.
 func (c *Conn) WriteJSON(kind byte, v any) error {
@@ -141,44 +101,8 @@ func (c *Conn) WriteJSON(kind byte, v any) error {
 	return c.Write(kind, b)
 }
 
-// Read receives one frame.
-func (c *Conn) Read() (kind byte, payload []byte, err error) {
-	var hdr [5]byte
-	if _, err := io.ReadFull(c.rw, hdr[:]); err != nil {
-		return 0, nil, err
-	}
-	n := binary.BigEndian.Uint32(hdr[1:])
-	if n > MaxFrame {
-		return 0, nil, fmt.Errorf("control frame of %d bytes exceeds %d", n, MaxFrame)
-	}
-	payload = make([]byte, n)
-	if _, err := io.ReadFull(c.rw, payload); err != nil {
-		return 0, nil, err
-	}
-	return hdr[0], payload, nil
-}
-
-// Writer is an io.Writer that sends each write as frames of one kind.
-type Writer struct {
-	C    *Conn
-	Kind byte
-}
-
-func (w Writer) Write(p []byte) (int, error) {
-	n := 0
-	for len(p) > 0 {
-		chunk := p
-		if len(chunk) > 64<<10 {
-			chunk = chunk[:64<<10]
-		}
-		if err := w.C.Write(w.Kind, chunk); err != nil {
-			return n, err
-		}
-		n += len(chunk)
-		p = p[len(chunk):]
-	}
-	return n, nil
-}
+// Writer sends each write as frames of one kind.
+type Writer = wire.Writer
 
 // ErrNoDaemon means nothing serves the control socket.
-var ErrNoDaemon = errors.New("no sandboxd is serving")
+var ErrNoDaemon = wire.ErrNoDaemon

@@ -67,8 +67,8 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 	cfg := ptyrelay.Config{
 		Target:    d.target,
 		Spec:      join.Spec{User: user, Env: env, Dir: dir, Argv: req.Argv},
-		Stdout:    rec.Stdout(control.Writer{C: conn, Kind: control.KindStdout}),
-		Stderr:    rec.Stderr(control.Writer{C: conn, Kind: control.KindStderr}),
+		Stdout:    rec.Stdout(control.Writer{C: conn.Conn, Kind: control.KindStdout}),
+		Stderr:    rec.Stderr(control.Writer{C: conn.Conn, Kind: control.KindStderr}),
 		Leftovers: d.leftovers,
 	}
 	if stdinR != nil {

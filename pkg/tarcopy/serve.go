@@ -59,7 +59,7 @@ func Serve(ctx context.Context, conn *control.Conn, t join.Target, c control.Cop
 	var stdin *os.File
 	var bytes atomic.Int64
 	if c.Out {
-		cmd.Stdout = records.CountingWriter{W: control.Writer{C: conn, Kind: control.KindStdout}, N: &bytes}
+		cmd.Stdout = records.CountingWriter{W: control.Writer{C: conn.Conn, Kind: control.KindStdout}, N: &bytes}
 	} else {
 		r, w, err := os.Pipe()
 		if err != nil {

@@ -119,7 +119,7 @@ echo started`, nil))
 		})
 
 		t.Run("flood a non-pty exec", func(t *testing.T) {
-			conn, nc, err := r.client.Dial(t.Context(), control.Request{Op: "exec", Argv: []string{"/bin/sh", "-c", "cat /dev/zero"}})
+			conn, nc, err := r.client.Dial(control.Request{Op: "exec", Argv: []string{"/bin/sh", "-c", "cat /dev/zero"}})
 			require.NoError(t, err)
 			defer nc.Close()
 			_ = conn

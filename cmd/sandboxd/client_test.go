@@ -1,0 +1,152 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxd/sandboxd/internal/execclient"
+	"github.com/sandboxd/sandboxd/internal/sandboxtest"
+)
+
+// quickCases are exec command lines the quick path takes, and some it must
+// leave to the full parser.
+var quickCases = [][]string{
+	{"--", "true"},
+	{"true"},
+	{"-i", "cat"},
+	{"-u", "1000:1000", "-w", "/tmp", "-e", "A=1", "-e=B=2", "--timeout", "5s", "--", "sh", "-c", "x"},
+	{"--harness-dir", "/media/x/", "-u=root", "--w=/", "--e", "C=3", "--", "--", "-i"},
+	{"-harness-dir=/h", "ls", "-la"},
+	{"-w", "-i", "pwd"}, // -w takes "-i" as its value, as the flag package does
+	{"-e", "--", "true"},
+	{"-", "x"},
+	{"-t", "true"}, {"-it", "sh"}, {"-i=true", "x"}, {"-h"}, {"--help"}, {"-bogus", "x"}, {"-u"}, {"--"}, {},
+	{"---u", "x"}, {"-=x", "y"}, {"-iu", "0", "x"}, {"-ti", "x"},
+}
+
+// What the quick path takes, it takes as exec's flags take it: the same
+// harness dir and request, whatever the common case looks like.
+func TestQuickParsesAsExecsFlags(t *testing.T) {
+	taken := 0
+	for _, args := range quickCases {
+		if checkQuickAgainstFlags(t, args) {
+			taken++
+		}
+	}
+	assert.Equal(t, 9, taken, "the common cases the quick path takes")
+}
+
+func FuzzQuickParsesAsExecsFlags(f *testing.F) {
+	for _, args := range quickCases {
+		f.Add(strings.Join(args, "\x00"))
+	}
+	f.Fuzz(func(t *testing.T, joined string) {
+		checkQuickAgainstFlags(t, strings.Split(joined, "\x00"))
+	})
+}
+
+func checkQuickAgainstFlags(t *testing.T, args []string) bool {
+	t.Helper()
+	env := os.Getenv("SANDBOXD_HARNESS_DIR")
+	harness, req, ok := execclient.Quick(args, env)
+	if !ok {
+		return false
+	}
+	wantHarness, want, ok, _ := parseExec(args)
+	require.True(t, ok, "the quick path takes %q, exec's flags refuse it", args)
+	assert.Equal(t, wantHarness, harness, "%q", args)
+	assert.Equal(t, want, req, "%q", args)
+	return true
+}
+
+// A plain `sandboxd exec` runs before the daemon's libraries are
+// initialized: reflect and all that waits for it (SSH, YAML, TOML, JSON,
+// nftables) never start. One that needs a terminal goes the long way, and
+// does; both say the same when no daemon serves.
+func TestQuickExecRunsBeforeTheDaemonsLibraries(t *testing.T) {
+	heavy := regexp.MustCompile(`(?m)^init (reflect|encoding/json|golang.org/x/crypto/ssh|go.yaml.in/yaml/v3|github.com/BurntSushi/toml|github.com/google/nftables) @`)
+	harness := t.TempDir()
+	env := []string{"GODEBUG=inittrace=1", "SANDBOXD_HARNESS_DIR=" + harness}
+
+	quick := run(t, env, "exec", "--", "true")
+	assert.Equal(t, exitOwn, quick.code)
+	assert.Contains(t, quick.stderr, "sandboxd: exec: no sandboxd is serving at "+harness+"/run/control.sock: start it with `sandboxd serve`")
+	assert.Contains(t, quick.stderr, "init os @")
+	assert.NotRegexp(t, heavy, quick.stderr)
+
+	long := run(t, env, "exec", "-t", "--", "true")
+	assert.Equal(t, exitOwn, long.code)
+	assert.Regexp(t, heavy, long.stderr)
+	assert.Contains(t, long.stderr, "sandboxd: exec: no sandboxd is serving at "+harness+"/run/control.sock")
+}
+
+// `sandboxd exec` against a real serve, by the quick path and by the long
+// one (-t without a terminal): the command's output and exit status, stdin,
+// the daemon's refusal, the timeout, SIGHUP and SIGUSR1 passed on to the
+// command, and SIGTERM ending the command's whole tree.
+func TestExecRunsInTheSandboxByEitherPath(t *testing.T) {
+	s := startServe(t, []string{"SANDBOXD_LISTEN="}, "--log-format", "text")
+	for _, path := range [][]string{{"exec"}, {"exec", "-t"}} {
+		t.Run(strings.Join(path, " "), func(t *testing.T) {
+			args := func(a ...string) []string { return append(append([]string{}, path...), a...) }
+			r := s.client(nil, args("-e", "A=1", "--", "sh", "-c", `echo "A=$A" >&2; exit 7`)...)
+			assert.Equal(t, 7, r.code)
+			assert.Contains(t, r.stderr+r.stdout, "A=1") // -t merges stderr into the terminal's one stream
+			if len(path) == 1 {
+				// (Under -t a piped stdin's end is not the terminal's.)
+				r = s.client([]byte("from stdin\n"), args("-i", "--", "cat")...)
+				assert.Equal(t, 0, r.code)
+				assert.Equal(t, "from stdin\n", r.stdout)
+			}
+
+			r = s.client(nil, args("-u", "no-such-user", "--", "true")...)
+			assert.Equal(t, exitOwn, r.code)
+			assert.Contains(t, r.stderr, "sandboxd: exec: exec -u no-such-user:")
+
+			r = s.client(nil, args("--timeout", "300ms", "--", "sleep", "30")...)
+			assert.Equal(t, 124, r.code)
+			assert.Contains(t, r.stderr, "sandboxd: exec: timed out after 300ms; the command's whole tree was killed")
+
+			cmd := exec.Command(bin, args("--", "sh", "-c", `trap 'echo got-usr1' USR1; trap 'echo got-hup; exit 9' HUP; echo ready; while :; do sleep 0.05; done`)...)
+			cmd.Env = cleanEnv("SANDBOXD_HARNESS_DIR=" + s.harness)
+			var out, errb sandboxtest.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			require.NoError(t, cmd.Start())
+			require.Eventually(t, func() bool { return strings.Contains(out.String(), "ready") }, 10*time.Second, 20*time.Millisecond)
+			require.NoError(t, cmd.Process.Signal(syscall.SIGUSR1))
+			require.Eventually(t, func() bool { return strings.Contains(out.String(), "got-usr1") }, 10*time.Second, 20*time.Millisecond)
+			require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
+			err := cmd.Wait()
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee)
+			assert.Equal(t, 9, ee.ExitCode(), "%s %s", out.String(), errb.String())
+			assert.Contains(t, out.String(), "got-hup")
+
+			marker := fmt.Sprintf("sleep 3%d", len(path))
+			cmd = exec.Command(bin, args("--", "sh", "-c", "echo ready; "+marker+"; echo not-killed")...)
+			cmd.Env = cleanEnv("SANDBOXD_HARNESS_DIR=" + s.harness)
+			out, errb = sandboxtest.Buffer{}, sandboxtest.Buffer{}
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			require.NoError(t, cmd.Start())
+			require.Eventually(t, func() bool { return strings.Contains(out.String(), "ready") }, 10*time.Second, 20*time.Millisecond)
+			require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+			err = cmd.Wait()
+			require.ErrorAs(t, err, &ee)
+			assert.Equal(t, exitOwn, ee.ExitCode())
+			assert.Contains(t, errb.String(), "sandboxd: exec: ended by SIGTERM: the command's whole tree was killed")
+			assert.Eventually(t, func() bool {
+				r := s.client(nil, "exec", "--", "sh", "-c", "ps -eo args | grep -c '^"+marker+"$'")
+				return r.stdout == "0\n"
+			}, 10*time.Second, 50*time.Millisecond, "the command's tree is gone")
+		})
+	}
+}
