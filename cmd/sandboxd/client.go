@@ -18,7 +18,7 @@ import (
 // execclient runs it from an init, before this binary's other packages
 // are initialized; what reaches here is the rest (a terminal, help, a usage
 // error), parsed by the full parser and run by the same execclient.Run.
-func runExec(_ context.Context, args []string) int {
+func runExec(ctx context.Context, args []string) int {
 	harness, req, ok, code := parseExec(args)
 	if !ok {
 		return code
@@ -56,9 +56,9 @@ func runExec(_ context.Context, args []string) int {
 			}()
 		}
 	}
-	// Not ctx: Run takes SIGTERM and SIGINT itself, and says so, as the
-	// quick path does.
-	return execclient.Run(context.Background(), harness, req, resizes)
+	// ctx ends on a SIGTERM or SIGINT that comes before Run's own signal
+	// handling is set up.
+	return execclient.Run(ctx, harness, req, resizes)
 }
 
 // parseExec reads exec's flags and command; with ok false, the command

@@ -109,6 +109,11 @@ func Run(ctx context.Context, harnessDir string, req Request, resize <-chan wire
 			say("sandboxd: exec: " + f.Message)
 			return f.Code
 		}
+		if errors.Is(err, context.Canceled) {
+			// The caller's SIGTERM or SIGINT, taken before this Run's own.
+			say("sandboxd: exec: ended by a signal: the command's whole tree was killed")
+			return exitOwn
+		}
 		say("sandboxd: exec: " + err.Error())
 		return exitOwn
 	}

@@ -149,8 +149,9 @@ func (v value) bool() (bool, error) {
 }
 
 // decodeObject reads one JSON object and calls field for each of its
-// members but those that are null; a nested value is skipped, as a member
-// no field names. Anything but whitespace after the object is an error.
+// members but those that are null (a nested value is passed as its kind
+// alone: a field that takes a scalar refuses it, and a member no field
+// names is skipped). Anything but whitespace after the object is an error.
 func decodeObject(data []byte, field func(k string, v value) error) error {
 	d := decoder{data: data}
 	d.space()
@@ -174,7 +175,7 @@ func decodeObject(data []byte, field func(k string, v value) error) error {
 			if err != nil {
 				return err
 			}
-			if v.kind != 'n' && v.kind != '{' && v.kind != '[' {
+			if v.kind != 'n' {
 				if err := field(k, v); err != nil {
 					return errors.New("member " + strconv.Quote(k) + ": " + err.Error())
 				}

@@ -34,15 +34,24 @@ func Session(ctx context.Context, conn *Conn, c io.Closer, s Streams) (Exit, err
 	// One goroutine for all that the client sends besides stdin: each one
 	// started is a wake-up of a thread, which shows in the start of a
 	// short exec.
+	resize, signals := s.Resize, s.Signal
 	go func() {
 		for {
 			select {
 			case <-ctx.Done():
 				c.Close()
 				return
-			case r := <-s.Resize:
+			case r, ok := <-resize:
+				if !ok {
+					resize = nil // a closed channel sends no more sizes
+					continue
+				}
 				conn.Write(KindResize, r.json())
-			case sig := <-s.Signal:
+			case sig, ok := <-signals:
+				if !ok {
+					signals = nil
+					continue
+				}
 				if name := signalName(sig); name != "" {
 					conn.Write(KindSignal, []byte(name))
 					continue
