@@ -16,14 +16,15 @@ import (
 	"github.com/sandboxd/sandboxd/internal/childproc"
 	"github.com/sandboxd/sandboxd/internal/config"
 	"github.com/sandboxd/sandboxd/internal/daemon"
+	"github.com/sandboxd/sandboxd/internal/execclient"
 	"github.com/sandboxd/sandboxd/pkg/join"
 )
 
 // Exit codes shared by every subcommand, as shells, docker run and
 // timeout(1) use them.
 const (
-	exitUsage = 2   // the command line is wrong: an unknown command or flag, a bad or missing argument
-	exitOwn   = 125 // sandboxd's own failure, or a request the daemon refuses
+	exitUsage = 2                  // the command line is wrong: an unknown command or flag, a bad or missing argument
+	exitOwn   = execclient.ExitOwn // sandboxd's own failure, or a request the daemon refuses
 )
 
 type command struct {

@@ -74,10 +74,10 @@ func (r Request) JSON() []byte {
 	return o.Bytes()
 }
 
-// Exit codes, as cmd/sandboxd has them.
+// Exit codes; cmd/sandboxd's are these.
 const (
-	exitTimeout = 124 // --timeout elapsed
-	exitOwn     = 125 // sandboxd's own failure, or a request the daemon refuses
+	ExitTimeout = 124 // --timeout elapsed
+	ExitOwn     = 125 // sandboxd's own failure, or a request the daemon refuses
 )
 
 // Run runs req in the sandbox of the daemon behind harnessDir, with the
@@ -112,14 +112,14 @@ func Run(ctx context.Context, harnessDir string, req Request, resize <-chan wire
 		if errors.Is(err, context.Canceled) {
 			// The caller's SIGTERM or SIGINT, taken before this Run's own.
 			say("sandboxd: exec: ended by a signal: the command's whole tree was killed")
-			return exitOwn
+			return ExitOwn
 		}
 		say("sandboxd: exec: " + err.Error())
-		return exitOwn
+		return ExitOwn
 	}
 	if exit.TimedOut {
 		say("sandboxd: exec: timed out after " + req.Timeout + "; the command's whole tree was killed")
-		return exitTimeout
+		return ExitTimeout
 	}
 	return exit.Code
 }

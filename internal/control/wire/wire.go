@@ -40,6 +40,9 @@ const DefaultHarnessDir = "/media/sandboxd"
 
 // Socket is the control socket's path inside a harness dir.
 func Socket(harnessDir string) string {
+	if harnessDir == "" {
+		return "run/control.sock"
+	}
 	for len(harnessDir) > 1 && harnessDir[len(harnessDir)-1] == '/' {
 		harnessDir = harnessDir[:len(harnessDir)-1]
 	}
