@@ -87,6 +87,11 @@ const (
 )
 
 var (
+	// A kernel sigaction and sigset that are all zero: SIG_DFL, no flags,
+	// nothing blocked. Four words cover the struct on amd64 and arm64.
+	defaultAction [4]uint64
+	emptySigset   uint64
+
 	emptyPath = []byte{0}
 	zero      = []byte("0") // written into a cgroup's join file: "this process" (its one thread)
 )
@@ -225,6 +230,16 @@ func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 			goto fail
 		}
 	}
+
+	// Every signal to its default and none blocked. runtime_AfterForkInChild
+	// resets only the handlers Go installed; a signal ignored by whoever
+	// started the daemon (SIGHUP under nohup) would stay ignored across the
+	// exec, and a session could neither be hung up nor trap it. SIGKILL and
+	// SIGSTOP refuse and need nothing.
+	for i = 1; i <= 64; i++ {
+		syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(i), uintptr(unsafe.Pointer(&defaultAction)), 0, 8, 0, 0)
+	}
+	syscall.RawSyscall6(syscall.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&emptySigset)), 0, 8, 0, 0)
 
 	// Descriptors into place, as package syscall does it: first move every
 	// source that sits below its destination out of the way (and the report

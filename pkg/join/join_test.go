@@ -2,6 +2,8 @@ package join_test
 
 import (
 	"os"
+	"os/signal"
+	"syscall"
 	"strings"
 	"testing"
 
@@ -61,4 +63,18 @@ func TestExitCodesAndSetupErrors(t *testing.T) {
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, 125, se.Code)
 	assert.Contains(t, se.Msg, "cannot use working directory /no/such/dir")
+}
+
+// Signals the daemon's starter ignored (SIGHUP under nohup, anything under
+// a supervisor that ignores SIGPIPE) survive fork and exec, so a command
+// would start unable to be hung up or to trap them. Every session starts
+// with every signal at its default and none blocked, as after a login.
+func TestSessionsStartWithDefaultSignals(t *testing.T) {
+	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE, syscall.SIGUSR1)
+	t.Cleanup(func() { signal.Reset(syscall.SIGHUP, syscall.SIGPIPE, syscall.SIGUSR1) })
+	sb := sandboxtest.Start(t, bwrap.Config{})
+	r := sb.Run(t, "1000:1000", []string{"PATH=/usr/bin:/bin"}, "cat", "/proc/self/status")
+	require.Equal(t, 0, r.Code, r.Stderr)
+	assert.Contains(t, r.Stdout, "SigIgn:\t0000000000000000\n")
+	assert.Contains(t, r.Stdout, "SigBlk:\t0000000000000000\n")
 }
