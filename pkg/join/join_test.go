@@ -3,8 +3,8 @@ package join_test
 import (
 	"os"
 	"os/signal"
-	"syscall"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
