@@ -14,13 +14,14 @@ type Client struct {
 	HarnessDir string
 }
 
-// Dial opens a connection to the daemon and sends req.
-func (c Client) Dial(req Request) (*Conn, io.Closer, error) {
+// Dial opens a connection to the daemon and sends req; the end of ctx
+// ends a wait for room in the daemon's listen queue.
+func (c Client) Dial(ctx context.Context, req Request) (*Conn, io.Closer, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
 		return nil, nil, err
 	}
-	conn, closer, err := wire.Dial(c.HarnessDir, b)
+	conn, closer, err := wire.Dial(ctx, c.HarnessDir, b, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -29,7 +30,7 @@ func (c Client) Dial(req Request) (*Conn, io.Closer, error) {
 
 // Call sends a one-document request and decodes the reply into out.
 func (c Client) Call(ctx context.Context, req Request, out any) error {
-	conn, nc, err := c.Dial(req)
+	conn, nc, err := c.Dial(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -69,7 +70,7 @@ func (c Client) Exec(ctx context.Context, req Request, s Streams) (Exit, error) 
 	if req.Op == "" {
 		req.Op = "exec"
 	}
-	conn, nc, err := c.Dial(req)
+	conn, nc, err := c.Dial(ctx, req)
 	if err != nil {
 		return Exit{}, err
 	}

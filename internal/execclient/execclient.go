@@ -125,7 +125,7 @@ func Run(ctx context.Context, harnessDir string, req Request, resize <-chan wire
 }
 
 func exec(ctx context.Context, harnessDir string, req Request, s wire.Streams) (wire.Exit, error) {
-	conn, c, err := wire.Dial(harnessDir, req.JSON())
+	conn, c, err := wire.Dial(ctx, harnessDir, req.JSON(), s.Signal)
 	if err != nil {
 		return wire.Exit{}, err
 	}

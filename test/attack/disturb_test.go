@@ -1,6 +1,7 @@
 package attack
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -119,7 +120,7 @@ echo started`, nil))
 		})
 
 		t.Run("flood a non-pty exec", func(t *testing.T) {
-			conn, nc, err := r.client.Dial(control.Request{Op: "exec", Argv: []string{"/bin/sh", "-c", "cat /dev/zero"}})
+			conn, nc, err := r.client.Dial(context.Background(), control.Request{Op: "exec", Argv: []string{"/bin/sh", "-c", "cat /dev/zero"}})
 			require.NoError(t, err)
 			defer nc.Close()
 			_ = conn

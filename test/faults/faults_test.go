@@ -373,7 +373,7 @@ func TestClientDisconnects(t *testing.T) {
 	s := startServe(t, harness, task)
 
 	t.Run("mid-output", func(t *testing.T) {
-		conn, nc, err := s.client.Dial(control.Request{Op: "exec", Argv: []string{"/bin/sh", "-c", "echo $$ > out.pid; yes flood"}})
+		conn, nc, err := s.client.Dial(context.Background(), control.Request{Op: "exec", Argv: []string{"/bin/sh", "-c", "echo $$ > out.pid; yes flood"}})
 		require.NoError(t, err)
 		_, _, err = conn.Read()
 		require.NoError(t, err)
@@ -399,7 +399,7 @@ func TestClientDisconnects(t *testing.T) {
 
 	t.Run("mid-upload", func(t *testing.T) {
 		// 64 MiB announced, 8 MiB sent, then the client goes.
-		conn, nc, err := s.client.Dial(control.Request{Op: "exec", Stdin: true, Argv: []string{"/bin/sh", "-c", "cat > upload.bin; echo done > upload.done"}})
+		conn, nc, err := s.client.Dial(context.Background(), control.Request{Op: "exec", Stdin: true, Argv: []string{"/bin/sh", "-c", "cat > upload.bin; echo done > upload.done"}})
 		require.NoError(t, err)
 		chunk := bytes.Repeat([]byte("u"), 64<<10)
 		for i := 0; i < 128; i++ {
@@ -432,7 +432,7 @@ func TestClientDisconnects(t *testing.T) {
 
 	t.Run("mid-grade over the control socket", func(t *testing.T) {
 		before := gradings(harness)
-		conn, nc, err := s.client.Dial(control.Request{Op: "grade"})
+		conn, nc, err := s.client.Dial(context.Background(), control.Request{Op: "grade"})
 		require.NoError(t, err)
 		_ = conn
 		time.Sleep(500 * time.Millisecond)

@@ -132,12 +132,17 @@ func signalName(sig os.Signal) string {
 type Interrupted struct{ Signal os.Signal }
 
 func (e *Interrupted) Error() string {
-	name := e.Signal.String()
-	switch e.Signal {
+	return "ended by " + signalDisplayName(e.Signal) + ": the command's whole tree was killed"
+}
+
+// signalDisplayName is the name a user sends a signal by, for the two
+// that end a session; the runtime's description for the others.
+func signalDisplayName(sig os.Signal) string {
+	switch sig {
 	case syscall.SIGTERM:
-		name = "SIGTERM"
+		return "SIGTERM"
 	case syscall.SIGINT:
-		name = "SIGINT"
+		return "SIGINT"
 	}
-	return "ended by " + name + ": the command's whole tree was killed"
+	return sig.String()
 }
