@@ -94,9 +94,10 @@ func TestQuickExecRunsBeforeTheDaemonsLibraries(t *testing.T) {
 }
 
 // `sandboxd exec` against a real serve, by the quick path and by the long
-// one (-t without a terminal): the command's output and exit status, stdin,
-// the daemon's refusal, the timeout, SIGUSR1 and SIGUSR2 passed on to the
-// command, and SIGTERM ending the command's whole tree.
+// one (-t without a terminal): the command's output and exit status, stdin
+// (under -t ended by a typed ^D), the daemon's refusal, the timeout, SIGHUP,
+// SIGUSR1 and SIGUSR2 passed on to the command, and SIGTERM ending the
+// command's whole tree.
 func TestExecRunsInTheSandboxByEitherPath(t *testing.T) {
 	s := startServe(t, []string{"SANDBOXD_LISTEN="}, "--log-format", "text")
 	for _, path := range [][]string{{"exec"}, {"exec", "-t"}} {
@@ -105,11 +106,17 @@ func TestExecRunsInTheSandboxByEitherPath(t *testing.T) {
 			r := s.client(nil, args("-e", "A=1", "--", "sh", "-c", `echo "A=$A" >&2; exit 7`)...)
 			assert.Equal(t, 7, r.code)
 			assert.Contains(t, r.stderr+r.stdout, "A=1") // -t merges stderr into the terminal's one stream
+			r = s.client([]byte("from stdin\n"), args("-i", "--", "cat")...)
+			assert.Equal(t, 0, r.code)
 			if len(path) == 1 {
-				// (Under -t a piped stdin's end is not the terminal's.)
-				r = s.client([]byte("from stdin\n"), args("-i", "--", "cat")...)
-				assert.Equal(t, 0, r.code)
 				assert.Equal(t, "from stdin\n", r.stdout)
+			} else {
+				// The terminal echoes the line, then cat prints it; the end of
+				// the piped input is typed as ^D, which ends cat.
+				assert.Equal(t, "from stdin\r\nfrom stdin\r\n", r.stdout)
+				r = s.client([]byte("no newline"), args("-i", "--", "cat")...)
+				assert.Equal(t, 0, r.code)
+				assert.Equal(t, "no newlineno newline", r.stdout, "an unfinished line is handed over, then ended")
 			}
 
 			r = s.client(nil, args("-u", "no-such-user", "--", "true")...)
@@ -124,14 +131,17 @@ func TestExecRunsInTheSandboxByEitherPath(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
 			marker := fmt.Sprintf("sleep 3%d", len(path))
-			// Not SIGHUP: under nohup (as CI runs) the command starts with it
-			// ignored, and sh cannot trap a signal ignored at its start.
-			cmd := exec.CommandContext(ctx, bin, args("--", "sh", "-c", `trap 'echo got-usr1' USR1; trap 'echo got-usr2' USR2; echo ready; while :; do `+marker+`; done`)...)
+			// SIGHUP too: under nohup (as CI runs) serve starts with it
+			// ignored, and a session must not inherit that, or sh could not
+			// trap it.
+			cmd := exec.CommandContext(ctx, bin, args("--", "sh", "-c", `trap 'echo got-hup' HUP; trap 'echo got-usr1' USR1; trap 'echo got-usr2' USR2; echo ready; while :; do `+marker+`; done`)...)
 			cmd.Env = cleanEnv("SANDBOXD_HARNESS_DIR=" + s.harness)
 			var out, errb sandboxtest.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &errb
 			require.NoError(t, cmd.Start())
 			out.WaitFor(t, "ready")
+			require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
+			out.WaitFor(t, "got-hup")
 			require.NoError(t, cmd.Process.Signal(syscall.SIGUSR1))
 			out.WaitFor(t, "got-usr1")
 			require.NoError(t, cmd.Process.Signal(syscall.SIGUSR2))

@@ -75,7 +75,7 @@ func (d *Daemon) exec(ctx context.Context, conn *control.Conn, nc net.Conn, req 
 		cfg.Stdin = stdinR
 	}
 	if req.TTY {
-		cfg.PTY = &ptyrelay.PTY{Term: req.Term, Size: ptyrelay.Size{Cols: uint32(req.Cols), Rows: uint32(req.Rows)}}
+		cfg.PTY = &ptyrelay.PTY{Term: req.Term, Size: ptyrelay.Size{Cols: uint32(req.Cols), Rows: uint32(req.Rows)}, EndInputWithEOF: req.Stdin}
 	}
 	sess, err := ptyrelay.Start(cfg)
 	if err != nil {

@@ -190,3 +190,19 @@ func sendBreak(master *os.File) error {
 func isPTYEOF(err error) bool {
 	return errors.Is(err, unix.EIO)
 }
+
+// typeEOF types the terminal's end-of-file character into its master. In
+// canonical mode the character hands over the line typed so far, and on an
+// empty line it is end of file to the reader; so an unfinished line takes
+// it twice, as at a keyboard.
+func typeEOF(master *os.File, lineOpen bool) {
+	eof := byte(4) // ^D, the default
+	if t, err := unix.IoctlGetTermios(int(master.Fd()), unix.TCGETS); err == nil && t.Cc[unix.VEOF] != 0 {
+		eof = t.Cc[unix.VEOF]
+	}
+	keys := []byte{eof}
+	if lineOpen {
+		keys = append(keys, eof)
+	}
+	master.Write(keys)
+}

@@ -91,6 +91,12 @@ type PTY struct {
 	Term  string // TERM for the command; empty leaves Spec.Env as it is
 	Size  Size
 	Modes []byte // RFC 4254 §8 encoded terminal modes
+	// EndInputWithEOF types the terminal's end-of-file character (^D) at
+	// the end of Stdin, as a user at the terminal would: a client whose
+	// input is a pipe or a file, not a terminal, then ends the command's
+	// input instead of leaving it waiting. SSH leaves this to the client,
+	// as sshd does.
+	EndInputWithEOF bool
 }
 
 // Exit is how a session's command ended.
@@ -412,6 +418,7 @@ func (s *Session) relayIn(r io.Reader) {
 	pooled := relayBuffers.Get().(*[]byte)
 	defer relayBuffers.Put(pooled)
 	buf := *pooled
+	lineOpen := false // bytes since the last newline, which a first ^D only hands over
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
@@ -419,6 +426,10 @@ func (s *Session) relayIn(r io.Reader) {
 				// The command closed its stdin or the session is over.
 				return
 			}
+			lineOpen = buf[n-1] != '\n' && buf[n-1] != '\r'
+		}
+		if err == io.EOF && s.pty != nil && s.cfg.PTY.EndInputWithEOF {
+			typeEOF(w, lineOpen)
 		}
 		if err != nil {
 			return
