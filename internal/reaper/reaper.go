@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -73,19 +74,25 @@ func reapUntil(ctx context.Context, log *slog.Logger) {
 		case <-ctx.Done():
 			return
 		case <-chld:
-			// Under many concurrent sessions children exit hundreds of
-			// times a second, and each look reads every thread's children:
-			// within lookGap of the last look, one more look at its end
-			// serves the whole burst. Nothing is reaped sooner than
-			// zombieSettle after it was first seen, so a zombie is at most
-			// lookGap later to be taken.
-			if at := last.Add(lookGap); time.Now().Before(at) {
-				if at.Before(due) {
-					next.Reset(time.Until(at))
-					due = at
-				}
-				continue
+			// A look reads every thread's children file once some child
+			// is waitable, and a SIGCHLD is almost always a session's
+			// command, whose waiter reaps it within microseconds: a look
+			// lookDelay later finds nothing waitable and reads nothing,
+			// where one at once read them all on every exec. Under many
+			// concurrent sessions children exit hundreds of times a
+			// second: within lookGap of the last look, one more look at
+			// its end serves the whole burst. Nothing is reaped sooner
+			// than zombieSettle after it was first seen, so a zombie is at
+			// most lookGap later to be taken.
+			at := time.Now().Add(lookDelay)
+			if gap := last.Add(lookGap); gap.After(at) {
+				at = gap
 			}
+			if at.Before(due) {
+				next.Reset(time.Until(at))
+				due = at
+			}
+			continue
 		case <-next.C:
 		}
 		last = time.Now()
@@ -100,6 +107,10 @@ func reapUntil(ctx context.Context, log *slog.Logger) {
 // look every 25 ms was a twentieth of the daemon's CPU under a hundred
 // concurrent execs.
 const lookGap = zombieSettle
+
+// lookDelay is how long after a SIGCHLD the reaper looks: long enough for
+// a waiter to have reaped its child, short beside zombieSettle.
+const lookDelay = 20 * time.Millisecond
 
 // reapOnce reaps the zombie children that are due, remembers the others in
 // seen, and says when to look again.
@@ -203,6 +214,10 @@ func waitable(idtype, id int) bool {
 	return info.Signo == int32(unix.SIGCHLD)
 }
 
+// childrenListed counts the looks that read every thread's children file,
+// the costly part of a look.
+var childrenListed atomic.Int64
+
 // children lists this process's children: those of each of its threads, as
 // /proc/self/task/TID/children shows them (a child belongs to the thread
 // that made it, and passes to another when that thread exits). Without
@@ -211,6 +226,7 @@ func waitable(idtype, id int) bool {
 // child passed on to a thread that was read already is missed until the
 // next look, which the reaper's timer makes.
 func children() []int {
+	childrenListed.Add(1)
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		return procfs.PIDs()

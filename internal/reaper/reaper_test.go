@@ -107,3 +107,21 @@ func TestZombiesWithNoExitedChild(t *testing.T) {
 	assert.False(t, anyExited(), "only a running child")
 	assert.Empty(t, Zombies())
 }
+
+// A child that its waiter reaps, as every session's command is, costs the
+// reaper no look at every thread's children: its look comes lookDelay after
+// the SIGCHLD, when the waiter has long reaped it. One at once raced the
+// waiter on every exec and mostly found the child still waitable.
+func TestAWaitedChildCostsTheReaperNoLook(t *testing.T) {
+	stop := Start(slog.New(slog.DiscardHandler))
+	defer stop()
+	before := childrenListed.Load()
+	const runs = 20
+	for range runs {
+		require.NoError(t, exec.Command("/bin/true").Run())
+		time.Sleep(lookGap + 20*time.Millisecond) // each exit a burst of its own
+	}
+	// A waiter held up past lookDelay by a loaded machine costs one look;
+	// most looks finding a child is the race this guards against.
+	assert.Less(t, childrenListed.Load()-before, int64(runs/4), "looks that read every thread's children file, for %d waited children", runs)
+}
