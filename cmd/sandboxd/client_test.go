@@ -131,7 +131,7 @@ func TestExecRunsInTheSandboxByEitherPath(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
 			marker := fmt.Sprintf("sleep 3%d", len(path))
-			// SIGHUP too: under nohup (as CI runs) serve starts with it
+			// SIGHUP too: under nohup (as a CI runner may) serve starts with it
 			// ignored, and a session must not inherit that, or sh could not
 			// trap it.
 			cmd := exec.CommandContext(ctx, bin, args("--", "sh", "-c", `trap 'echo got-hup' HUP; trap 'echo got-usr1' USR1; trap 'echo got-usr2' USR2; echo ready; while :; do `+marker+`; done`)...)

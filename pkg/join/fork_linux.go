@@ -235,7 +235,9 @@ func forkJoined(p *forkPlan) (pid int, err syscall.Errno) {
 	// resets only the handlers Go installed; a signal ignored by whoever
 	// started the daemon (SIGHUP under nohup) would stay ignored across the
 	// exec, and a session could neither be hung up nor trap it. SIGKILL and
-	// SIGSTOP refuse and need nothing.
+	// SIGSTOP refuse and need nothing. A signal from here to the exec ends
+	// the copy, and is reported as the command's death by it: the death the
+	// command would have had.
 	for i = 1; i <= 64; i++ {
 		syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(i), uintptr(unsafe.Pointer(&defaultAction)), 0, 8, 0, 0)
 	}

@@ -2,6 +2,7 @@ package join_test
 
 import (
 	"os"
+	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -65,13 +66,37 @@ func TestExitCodesAndSetupErrors(t *testing.T) {
 	assert.Contains(t, se.Msg, "cannot use working directory /no/such/dir")
 }
 
-// Signals the daemon's starter ignored (SIGHUP under nohup, anything under
-// a supervisor that ignores SIGPIPE) survive fork and exec, so a command
-// would start unable to be hung up or to trap them. Every session starts
-// with every signal at its default and none blocked, as after a login.
+// Signals ignored or blocked by whoever started the daemon (SIGHUP under
+// nohup, SIGINT under a script's `serve &`, a blocked mask from a
+// supervisor) survive fork and exec, so a command would start unable to be
+// hung up or to trap them; so would one the daemon itself ignores. Every
+// session starts with every signal at its default and none blocked, as
+// after a login. The check runs in a copy of this test binary started that
+// way (by python3, which can block signals before an exec), so that the
+// rest of the package's tests keep their signals.
 func TestSessionsStartWithDefaultSignals(t *testing.T) {
-	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE, syscall.SIGUSR1)
-	t.Cleanup(func() { signal.Reset(syscall.SIGHUP, syscall.SIGPIPE, syscall.SIGUSR1) })
+	if os.Getenv("JOIN_TEST_SIGNALS_INHERITED") == "" {
+		start := `import os, signal, sys
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2, signal.SIGTERM})
+os.execv(sys.argv[1], sys.argv[1:])`
+		cmd := exec.Command("python3", "-c", start, os.Args[0], "-test.run=^TestSessionsStartWithDefaultSignals$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), "JOIN_TEST_SIGNALS_INHERITED=1")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Contains(t, string(out), "--- PASS: TestSessionsStartWithDefaultSignals", "%s", out)
+		return
+	}
+	status := func() string {
+		b, err := os.ReadFile("/proc/self/status")
+		require.NoError(t, err)
+		return string(b)
+	}
+	// What this copy started with: the test means nothing without it.
+	require.Contains(t, status(), "SigIgn:\t0000000000000003\n", "SIGHUP and SIGINT ignored at start")
+	require.Regexp(t, `SigBlk:\t0*[1-9a-f][0-9a-f]*\n`, status(), "signals blocked at start")
+	signal.Ignore(syscall.SIGUSR1) // one the daemon ignores itself
 	sb := sandboxtest.Start(t, bwrap.Config{})
 	r := sb.Run(t, "1000:1000", []string{"PATH=/usr/bin:/bin"}, "cat", "/proc/self/status")
 	require.Equal(t, 0, r.Code, r.Stderr)

@@ -191,18 +191,40 @@ func isPTYEOF(err error) bool {
 	return errors.Is(err, unix.EIO)
 }
 
-// typeEOF types the terminal's end-of-file character into its master. In
-// canonical mode the character hands over the line typed so far, and on an
-// empty line it is end of file to the reader; so an unfinished line takes
-// it twice, as at a keyboard.
-func typeEOF(master *os.File, lineOpen bool) {
-	eof := byte(4) // ^D, the default
-	if t, err := unix.IoctlGetTermios(int(master.Fd()), unix.TCGETS); err == nil && t.Cc[unix.VEOF] != 0 {
-		eof = t.Cc[unix.VEOF]
-	}
-	keys := []byte{eof}
-	if lineOpen {
-		keys = append(keys, eof)
+// typeEOF types the terminal's end-of-file character into its master, after
+// last, the last byte typed (-1 for none). In canonical mode the character
+// hands over the line typed so far, and on an empty line it is end of file
+// to the reader; so an unfinished line takes it twice, as at a keyboard.
+// Where the terminal cannot be read, ^D twice is safe either way.
+func typeEOF(master *os.File, last int) {
+	keys := []byte{4, 4}
+	if rc, err := master.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			t, err := unix.IoctlGetTermios(int(fd), unix.TCGETS)
+			if err != nil {
+				return
+			}
+			if eof := t.Cc[unix.VEOF]; eof != 0 {
+				keys[0], keys[1] = eof, eof
+			}
+			if lineEnded(t, last) {
+				keys = keys[:1]
+			}
+		})
 	}
 	master.Write(keys)
+}
+
+// lineEnded says whether the line discipline of t has no unfinished line
+// after last: nothing typed, or a byte that ends a line in its settings.
+func lineEnded(t *unix.Termios, last int) bool {
+	switch {
+	case last < 0 || last == '\n':
+		return true
+	case last == '\r':
+		return t.Iflag&unix.ICRNL != 0 && t.Iflag&unix.IGNCR == 0
+	case last == int(t.Cc[unix.VEOL]) || last == int(t.Cc[unix.VEOL2]):
+		return last != 0 // 0 is an unset VEOL
+	}
+	return false
 }

@@ -418,7 +418,7 @@ func (s *Session) relayIn(r io.Reader) {
 	pooled := relayBuffers.Get().(*[]byte)
 	defer relayBuffers.Put(pooled)
 	buf := *pooled
-	lineOpen := false // bytes since the last newline, which a first ^D only hands over
+	last := -1 // the last byte typed, -1 for none
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
@@ -426,10 +426,10 @@ func (s *Session) relayIn(r io.Reader) {
 				// The command closed its stdin or the session is over.
 				return
 			}
-			lineOpen = buf[n-1] != '\n' && buf[n-1] != '\r'
+			last = int(buf[n-1])
 		}
 		if err == io.EOF && s.pty != nil && s.cfg.PTY.EndInputWithEOF {
-			typeEOF(w, lineOpen)
+			typeEOF(w, last)
 		}
 		if err != nil {
 			return

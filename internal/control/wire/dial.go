@@ -12,8 +12,10 @@ import (
 // Dial connects to the daemon behind a harness dir and sends request, a
 // JSON document, as the connection's first frame. The connection is a
 // socket of its own, without package net: io.Closer ends it. While the
-// daemon's listen queue is full Dial waits, until the end of ctx or a
-// signal on signals (nil: none), which end it: the command never started.
+// daemon's listen queue is full Dial waits; the end of ctx, or a signal on
+// signals (nil: none) that ends a session (see Streams.Signal), ends the
+// wait, and the command never starts. A signal that is passed on is sent
+// after the request, for the command once it runs.
 func Dial(ctx context.Context, harnessDir string, request []byte, signals <-chan os.Signal) (*Conn, io.Closer, error) {
 	path := Socket(harnessDir)
 	// Non-blocking from the start: the runtime's poller serves its reads,
@@ -23,11 +25,12 @@ func Dial(ctx context.Context, harnessDir string, request []byte, signals <-chan
 	if err != nil {
 		return nil, nil, errors.New("connect to " + path + ": " + err.Error())
 	}
-	if err := connect(ctx, fd, path, signals); err != nil {
+	held, err := connect(ctx, fd, path, signals)
+	if err != nil {
 		syscall.Close(fd)
 		var ended *endedWaiting
 		switch {
-		case errors.As(err, &ended), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		case errors.As(err, &ended):
 			return nil, nil, err
 		case errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED):
 			return nil, nil, &noDaemon{path}
@@ -42,13 +45,20 @@ func Dial(ctx context.Context, harnessDir string, request []byte, signals <-chan
 		f.Close()
 		return nil, nil, errors.New("send the request: " + err.Error())
 	}
+	for _, sig := range held {
+		if err := conn.Write(KindSignal, []byte(signalName(sig))); err != nil {
+			f.Close()
+			return nil, nil, errors.New("send the request: " + err.Error())
+		}
+	}
 	return conn, f, nil
 }
 
 // A Unix socket's connect(2) completes at once or, on a full listen queue,
 // fails with EAGAIN; nothing announces room in the queue, so the wait is
-// a retry that backs off from a millisecond to 50.
-func connect(ctx context.Context, fd int, path string, signals <-chan os.Signal) error {
+// a retry that backs off from a millisecond to 50. It returns the signals
+// to pass on that came meanwhile.
+func connect(ctx context.Context, fd int, path string, signals <-chan os.Signal) (held []os.Signal, err error) {
 	addr := &syscall.SockaddrUnix{Name: path}
 	backoff := time.Millisecond
 	for {
@@ -58,29 +68,43 @@ func connect(ctx context.Context, fd int, path string, signals <-chan os.Signal)
 			continue
 		case syscall.EAGAIN:
 		default:
-			return err
+			return held, err
 		}
 		wait := time.NewTimer(backoff)
-		select {
-		case <-wait.C:
-		case <-ctx.Done():
-			wait.Stop()
-			return ctx.Err()
-		case sig := <-signals:
-			wait.Stop()
-			return &endedWaiting{sig}
+	waiting:
+		for {
+			select {
+			case <-wait.C:
+				break waiting
+			case <-ctx.Done():
+				wait.Stop()
+				return nil, &endedWaiting{}
+			case sig, ok := <-signals:
+				switch {
+				case !ok:
+					signals = nil // closed: no more signals
+				case signalName(sig) != "":
+					held = append(held, sig)
+				default:
+					wait.Stop()
+					return nil, &endedWaiting{signal: sig}
+				}
+			}
 		}
-		if backoff < 50*time.Millisecond {
-			backoff *= 2
-		}
+		backoff = min(2*backoff, 50*time.Millisecond)
 	}
 }
 
-// endedWaiting is a signal that came while the daemon's queue was full.
+// endedWaiting is a wait for room in the daemon's queue that a signal or
+// (signal nil) the end of a context ended.
 type endedWaiting struct{ signal os.Signal }
 
 func (e *endedWaiting) Error() string {
-	return "ended by " + signalDisplayName(e.signal) + " while waiting for the daemon, whose queue is full: the command never started"
+	by := "a signal"
+	if e.signal != nil {
+		by = signalDisplayName(e.signal)
+	}
+	return "ended by " + by + " while waiting for the daemon, whose queue is full: the command never started"
 }
 
 // noDaemon is ErrNoDaemon at a path, with what to do.

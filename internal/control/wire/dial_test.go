@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -33,8 +34,12 @@ func fullListener(t *testing.T) (harnessDir string, accept func() *Conn) {
 	return harnessDir, func() *Conn {
 		fd, _, err := syscall.Accept(lfd)
 		require.NoError(t, err)
+		// Pollable, so that a read the test waits for fails it in time
+		// rather than hang it.
+		require.NoError(t, syscall.SetNonblock(fd, true))
 		f := os.NewFile(uintptr(fd), "accepted")
 		t.Cleanup(func() { f.Close() })
+		require.NoError(t, f.SetReadDeadline(time.Now().Add(30*time.Second)))
 		return NewConn(f)
 	}
 }
@@ -57,7 +62,33 @@ func TestDialWaitsForRoomAndEndsOnASignal(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		_, _, err := Dial(ctx, dir, []byte(`{}`), nil)
-		require.ErrorIs(t, err, context.Canceled)
+		require.Error(t, err)
+		assert.Equal(t, "ended by a signal while waiting for the daemon, whose queue is full: the command never started", err.Error())
+	})
+	t.Run("passed on", func(t *testing.T) {
+		// A signal the command gets waits with the request, and goes after
+		// it; a closed channel is no signal.
+		dir, accept := fullListener(t)
+		sigs := make(chan os.Signal, 2)
+		sigs <- syscall.SIGUSR1
+		sigs <- syscall.SIGHUP
+		close(sigs)
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := Dial(context.Background(), dir, []byte(`{"op":"exec"}`), sigs)
+			done <- err
+		}()
+		// Dial reads the signals only while it waits: room made before
+		// would leave them to the session.
+		require.Eventually(t, func() bool { return len(sigs) == 0 }, 30*time.Second, time.Millisecond)
+		accept()
+		require.NoError(t, waitFor(t, done))
+		c := accept()
+		for _, want := range []string{`{"op":"exec"}`, "USR1", "HUP"} {
+			_, payload, err := c.Read()
+			require.NoError(t, err)
+			assert.Equal(t, want, string(payload))
+		}
 	})
 	t.Run("room", func(t *testing.T) {
 		dir, accept := fullListener(t)
@@ -71,11 +102,23 @@ func TestDialWaitsForRoomAndEndsOnASignal(t *testing.T) {
 			done <- dialed{c, err}
 		}()
 		accept() // the connection that held the queue: room for Dial's
-		d := <-done
+		d := waitFor(t, done)
 		require.NoError(t, d.err)
 		kind, payload, err := accept().Read()
 		require.NoError(t, err)
 		assert.Equal(t, KindJSON, kind)
 		assert.Equal(t, `{"op":"status"}`, string(payload))
 	})
+}
+
+// waitFor is the value from ch, failing the test rather than hanging it.
+func waitFor[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatal("Dial still waits with room in the queue")
+		panic("unreachable")
+	}
 }
