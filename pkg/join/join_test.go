@@ -74,16 +74,17 @@ func TestExitCodesAndSetupErrors(t *testing.T) {
 // hung up or to trap them; so would one the daemon itself ignores. Every
 // session starts with every signal at its default and none blocked, as
 // after a login. The check runs in a copy of this test binary started that
-// way (by python3, which can block signals before an exec), so that the
-// rest of the package's tests keep their signals.
+// way (by perl, which can block signals before an exec), so that the rest
+// of the package's tests keep their signals.
 func TestSessionsStartWithDefaultSignals(t *testing.T) {
 	if os.Getenv("JOIN_TEST_SIGNALS_INHERITED") == "" {
-		start := `import os, signal, sys
-signal.signal(signal.SIGHUP, signal.SIG_IGN)
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2, signal.SIGTERM})
-os.execv(sys.argv[1], sys.argv[1:])`
-		cmd := exec.Command("python3", "-c", start, os.Args[0], "-test.run=^TestSessionsStartWithDefaultSignals$", "-test.count=1", "-test.v")
+		// perl-base is in every Debian image, and its POSIX module can
+		// block signals before an exec.
+		start := `use POSIX;
+$SIG{HUP} = "IGNORE"; $SIG{INT} = "IGNORE";
+sigprocmask(SIG_BLOCK, POSIX::SigSet->new(SIGUSR2, SIGTERM)) or die "sigprocmask: $!";
+exec {$ARGV[0]} @ARGV or die "exec: $!";`
+		cmd := exec.Command("perl", "-e", start, os.Args[0], "-test.run=^TestSessionsStartWithDefaultSignals$", "-test.count=1", "-test.v")
 		cmd.Env = append(os.Environ(), "JOIN_TEST_SIGNALS_INHERITED=1")
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "%s", out)
