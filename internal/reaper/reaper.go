@@ -215,7 +215,8 @@ func waitable(idtype, id int) bool {
 }
 
 // childrenListed counts the looks that read every thread's children file,
-// the costly part of a look.
+// the costly part of a look; the tests read it to see that a waited child
+// costs none.
 var childrenListed atomic.Int64
 
 // children lists this process's children: those of each of its threads, as

@@ -237,6 +237,37 @@ func TestStdinEOFReachesThePipe(t *testing.T) {
 	assert.Equal(t, "100000\n", out.String())
 }
 
+// The end of a control exec's piped stdin is typed as the terminal's ^D,
+// twice after an unfinished line, so that cat reads end of input and exits.
+// Whether a trailing CR finished the line is the terminal's to say: with
+// ICRNL off it does not, and one ^D would only hand "a\r" over and leave
+// cat waiting.
+func TestEndOfInputReachesATerminalsReader(t *testing.T) {
+	for _, tc := range []struct {
+		name, input string
+		modes       []byte
+	}{
+		{"unfinished line", "abc", nil},
+		{"whole line", "abc\n", nil},
+		{"CR with icrnl", "abc\r", nil},
+		{"CR without icrnl", "abc\r", []byte{36, 0, 0, 0, 0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sb := sandboxtest.Start(t, bwrap.Config{})
+			var out sandboxtest.Buffer
+			s := start(t, ptyrelay.Config{
+				Target: sb.Target, Spec: spec(t, "0", "cat"),
+				PTY:    &ptyrelay.PTY{Term: "dumb", Modes: tc.modes, EndInputWithEOF: true},
+				Stdin:  strings.NewReader(tc.input),
+				Stdout: &out,
+			})
+			exit := waitExit(t, s)
+			assert.Equal(t, 0, exit.Code)
+			assert.Equal(t, 2, strings.Count(out.String(), "abc"), "the echo and cat's copy: %q", out.String())
+		})
+	}
+}
+
 func TestSetupFailuresCarryTheReason(t *testing.T) {
 	sb := sandboxtest.Start(t, bwrap.Config{})
 	var out sandboxtest.Buffer
